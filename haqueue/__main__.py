@@ -1,0 +1,7 @@
+"""`python -m haqueue` runs the CLI."""
+
+import sys
+
+from haqueue.cli.main import main
+
+sys.exit(main())

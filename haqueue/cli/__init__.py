@@ -1,0 +1,1 @@
+"""The `haqueue` command line: one module per command group."""

@@ -1,0 +1,303 @@
+"""The one cluster file: load, validate and describe a haqueue deployment.
+
+A single TOML file describes the whole deployment so topology is written once
+(design.md, "One cluster file"). `haqueue serve --config FILE --node ID` runs a
+node from it and every `haqueue ops gen-*` renders from it. Validation happens
+here, before anything is started or rendered, and every problem is reported as
+one line that names the key: `nodes[2].address: 10.0.0.5 is outside the VIP's
+subnet 192.0.2.0/24`.
+
+Shape (keys may be added; these are relied on by tooling and docs):
+
+    [cluster]
+    name = "orders"
+    vip = "192.0.2.100/24"
+    client_port = 11300          # beanstalkd protocol, leader only
+    raft_port = 11400            # pysyncobj
+    admin_port = 11500           # HTTP /health /leader /status
+    secret = "change-me"         # encrypts Raft traffic
+    virtual_router_id = 51       # VRRP router id, 1..255
+
+    [[nodes]]
+    id = "n1"
+    address = "192.0.2.11"
+    interface = "eth1"
+    priority = 150
+    # optional per node: client_port, raft_port, admin_port (to run several
+    # nodes on one host), data_dir
+
+    [[directors]]                # optional: the LVS director pair
+    id = "d1"
+    address = "192.0.2.2"
+    interface = "eth1"
+    priority = 150
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CLIENT_PORT = 11300  # beanstalkd's default port
+DEFAULT_RAFT_PORT = 11400
+DEFAULT_ADMIN_PORT = 11500
+DEFAULT_VIRTUAL_ROUTER_ID = 51
+
+# Node ids end up in file names, keepalived instance names and systemd unit
+# names, so keep them to a safe, short alphabet.
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+# Linux IFNAMSIZ is 16 including the NUL.
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+class ClusterFileError(ValueError):
+    """The cluster file is unusable; the message is one line naming the key."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One queue node (or LVS director) of the deployment."""
+
+    id: str
+    address: str
+    interface: str
+    priority: int
+    client_port: int = DEFAULT_CLIENT_PORT
+    raft_port: int = DEFAULT_RAFT_PORT
+    admin_port: int = DEFAULT_ADMIN_PORT
+    data_dir: str | None = None
+
+    @property
+    def raft_endpoint(self) -> str:
+        return f"{self.address}:{self.raft_port}"
+
+    @property
+    def client_endpoint(self) -> str:
+        return f"{self.address}:{self.client_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.address}:{self.admin_port}"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A validated cluster file."""
+
+    name: str
+    vip: ipaddress.IPv4Interface
+    client_port: int
+    raft_port: int
+    admin_port: int
+    secret: str
+    virtual_router_id: int
+    nodes: tuple[Node, ...]
+    directors: tuple[Node, ...] = ()
+    source: str = "<memory>"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def vip_address(self) -> str:
+        return str(self.vip.ip)
+
+    @property
+    def vip_prefixlen(self) -> int:
+        return self.vip.network.prefixlen
+
+    def node(self, node_id: str) -> Node:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        known = ", ".join(n.id for n in self.nodes)
+        raise ClusterFileError(f"{self.source}: no node {node_id!r} (nodes: {known})")
+
+    def peers_of(self, node_id: str) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.id != node_id)
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read and validate a cluster file; raise ClusterFileError with one line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ClusterFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClusterFileError(f"{path}: not UTF-8 text") from None
+    return parse_cluster(text, source=str(path))
+
+
+def parse_cluster(text: str, source: str = "<memory>") -> Cluster:
+    """Validate TOML text as a cluster file."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterFileError(f"{source}: not valid TOML: {exc}") from None
+    return _Validator(source).cluster(data)
+
+
+class _Validator:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, problem: str) -> ClusterFileError:
+        return ClusterFileError(f"{self.source}: {key}: {problem}")
+
+    def table(self, data: dict, key: str) -> dict:
+        value = data.get(key)
+        if value is None:
+            raise self.fail(key, "missing table")
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be a table")
+        return value
+
+    def string(self, data: dict, key: str, where: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        if value is None:
+            raise self.fail(f"{where}.{key}" if where else key, "missing")
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"{where}.{key}" if where else key, "must be a non-empty string")
+        return value
+
+    def integer(self, data: dict, key: str, where: str, default: int | None, lo: int, hi: int) -> int:
+        value = data.get(key, default)
+        name = f"{where}.{key}"
+        if value is None:
+            raise self.fail(name, "missing")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(name, f"must be an integer, not {value!r}")
+        if not lo <= value <= hi:
+            raise self.fail(name, f"{value} is out of range {lo}..{hi}")
+        return value
+
+    def unknown_keys(self, data: dict, known: set[str], where: str) -> None:
+        for key in data:
+            if key not in known:
+                raise self.fail(f"{where}.{key}", "unknown key")
+
+    def cluster(self, data: dict) -> Cluster:
+        for key in data:
+            if key not in ("cluster", "nodes", "directors"):
+                raise self.fail(key, "unknown table")
+        c = self.table(data, "cluster")
+        self.unknown_keys(
+            c,
+            {"name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id"},
+            "cluster",
+        )
+        name = self.string(c, "name", "cluster")
+        if not _ID_RE.match(name):
+            raise self.fail("cluster.name", f"{name!r} must be letters, digits, '-' or '_' (max 32)")
+        vip_text = self.string(c, "vip", "cluster")
+        if "/" not in vip_text:
+            raise self.fail("cluster.vip", f"{vip_text!r} needs a prefix length, e.g. 192.0.2.100/24")
+        try:
+            vip = ipaddress.IPv4Interface(vip_text)
+        except ValueError:
+            raise self.fail("cluster.vip", f"{vip_text!r} is not an IPv4 address with prefix") from None
+        if vip.network.prefixlen == 32 or vip.ip in (vip.network.network_address, vip.network.broadcast_address):
+            if vip.network.prefixlen != 32:
+                raise self.fail("cluster.vip", f"{vip_text} is the network or broadcast address")
+        client_port = self.integer(c, "client_port", "cluster", DEFAULT_CLIENT_PORT, 1, 65535)
+        raft_port = self.integer(c, "raft_port", "cluster", DEFAULT_RAFT_PORT, 1, 65535)
+        admin_port = self.integer(c, "admin_port", "cluster", DEFAULT_ADMIN_PORT, 1, 65535)
+        secret = self.string(c, "secret", "cluster")
+        vrid = self.integer(c, "virtual_router_id", "cluster", DEFAULT_VIRTUAL_ROUTER_ID, 1, 255)
+        defaults = {"client_port": client_port, "raft_port": raft_port, "admin_port": admin_port}
+        nodes = self.members(data, "nodes", vip, defaults, required=True)
+        directors = self.members(data, "directors", vip, defaults, required=False)
+        ids = {}
+        for member in nodes + directors:
+            if member.id in ids:
+                raise self.fail(f"{ids[member.id]}", f"duplicate id {member.id!r}")
+            ids[member.id] = member.id
+        return Cluster(
+            name=name,
+            vip=vip,
+            client_port=client_port,
+            raft_port=raft_port,
+            admin_port=admin_port,
+            secret=secret,
+            virtual_router_id=vrid,
+            nodes=nodes,
+            directors=directors,
+            source=self.source,
+        )
+
+    def members(self, data: dict, key: str, vip, defaults: dict, required: bool) -> tuple[Node, ...]:
+        raw = data.get(key)
+        if raw is None:
+            if required:
+                raise self.fail(key, "missing: add one [[nodes]] table per node")
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(n, dict) for n in raw):
+            raise self.fail(key, f"must be an array of tables ([[{key}]])")
+        if required and not raw:
+            raise self.fail(key, "at least one node is needed")
+        members: list[Node] = []
+        seen_ids: dict[str, int] = {}
+        seen_priorities: dict[int, str] = {}
+        seen_endpoints: dict[tuple[str, int], str] = {}
+        for i, entry in enumerate(raw):
+            where = f"{key}[{i}]"
+            self.unknown_keys(
+                entry,
+                {"id", "address", "interface", "priority", "client_port", "raft_port", "admin_port", "data_dir"},
+                where,
+            )
+            node_id = self.string(entry, "id", where)
+            if not _ID_RE.match(node_id):
+                raise self.fail(f"{where}.id", f"{node_id!r} must be letters, digits, '-' or '_' (max 32)")
+            if node_id in seen_ids:
+                raise self.fail(f"{where}.id", f"duplicate id {node_id!r} (also {key}[{seen_ids[node_id]}])")
+            seen_ids[node_id] = i
+            address_text = self.string(entry, "address", where)
+            try:
+                address = ipaddress.IPv4Address(address_text)
+            except ValueError:
+                raise self.fail(f"{where}.address", f"{address_text!r} is not an IPv4 address") from None
+            if address not in vip.network:
+                raise self.fail(
+                    f"{where}.address", f"{address} is outside the VIP's subnet {vip.network}"
+                )
+            if address == vip.ip:
+                raise self.fail(f"{where}.address", f"{address} is the VIP itself")
+            interface = self.string(entry, "interface", where)
+            if not _IFNAME_RE.match(interface):
+                raise self.fail(f"{where}.interface", f"{interface!r} is not a valid interface name")
+            priority = self.integer(entry, "priority", where, None, 1, 254)
+            if priority in seen_priorities:
+                raise self.fail(
+                    f"{where}.priority", f"duplicate priority {priority} (also {seen_priorities[priority]})"
+                )
+            seen_priorities[priority] = node_id
+            ports = {
+                name: self.integer(entry, name, where, default, 1, 65535) for name, default in defaults.items()
+            }
+            for name, port in ports.items():
+                endpoint = (str(address), port)
+                if endpoint in seen_endpoints:
+                    raise self.fail(
+                        f"{where}.{name}", f"{address}:{port} is already used by {seen_endpoints[endpoint]}"
+                    )
+                seen_endpoints[endpoint] = f"{node_id} {name}"
+            data_dir = entry.get("data_dir")
+            if data_dir is not None and (not isinstance(data_dir, str) or not data_dir):
+                raise self.fail(f"{where}.data_dir", "must be a non-empty string")
+            members.append(
+                Node(
+                    id=node_id,
+                    address=str(address),
+                    interface=interface,
+                    priority=priority,
+                    data_dir=data_dir,
+                    **ports,
+                )
+            )
+        return tuple(members)

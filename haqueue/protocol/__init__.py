@@ -1,0 +1,1 @@
+"""Sans-I/O protocol codecs: bytes in, commands out; replies to bytes."""

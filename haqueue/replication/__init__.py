@@ -1,0 +1,1 @@
+"""The bridge to pysyncobj: the only package that imports it."""

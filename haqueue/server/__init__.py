@@ -1,0 +1,1 @@
+"""asyncio listeners, sessions, timers and leader-only serving."""
