@@ -1,0 +1,73 @@
+"""The replicated commands: what a log entry carries, and its wire format.
+
+A log entry is one *batch*: the leader's wall-clock stamp (integer ms) and the
+state-changing commands that arrived while the previous entry was in flight
+(group commit, design.md "Throughput"). Each command is a plain tuple whose
+first element is an opcode below; arguments are ints, strs and bytes only, so
+an entry serializes compactly and identically on every node.
+
+Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
+1. Never renumber or reuse an opcode; add new ones at the end.
+2. Changing the arguments of an opcode means a new opcode.
+3. Bump LOG_FORMAT_VERSION when an old node could not apply a new entry;
+   nodes refuse entries of a version they do not know (see decode_batch).
+4. Keep a journal written by the old version in tests/testdata and a test
+   that replays it.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+LOG_FORMAT_VERSION = 1
+
+TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
+PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
+RESERVE = 2  # (RESERVE, conn, (tube, ...))
+RESERVE_JOB = 3  # (RESERVE_JOB, conn, id)
+DELETE = 4  # (DELETE, conn, id)
+RELEASE = 5  # (RELEASE, conn, id, pri, delay_ms)
+BURY = 6  # (BURY, conn, id, pri)
+TOUCH = 7  # (TOUCH, conn, id)
+KICK = 8  # (KICK, tube, bound)
+KICK_JOB = 9  # (KICK_JOB, id)
+PAUSE_TUBE = 10  # (PAUSE_TUBE, tube, delay_ms)
+DROP_CONN = 11  # (DROP_CONN, conn): the connection closed; its reservations go back
+RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...)): a new leader keeps only these
+FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
+
+NAMES = {
+    TICK: "tick",
+    PUT: "put",
+    RESERVE: "reserve",
+    RESERVE_JOB: "reserve-job",
+    DELETE: "delete",
+    RELEASE: "release",
+    BURY: "bury",
+    TOUCH: "touch",
+    KICK: "kick",
+    KICK_JOB: "kick-job",
+    PAUSE_TUBE: "pause-tube",
+    DROP_CONN: "drop-conn",
+    RELEASE_ORPHANS: "release-orphans",
+    FORGET_TUBE: "forget-tube",
+}
+
+
+class LogFormatError(ValueError):
+    """An entry this code cannot apply (another version wrote it)."""
+
+
+def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
+    """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
+    return pickle.dumps((LOG_FORMAT_VERSION, stamp_ms, commands), protocol=5)
+
+
+def decode_batch(data: bytes) -> tuple[int, list[tuple]]:
+    try:
+        version, stamp_ms, commands = pickle.loads(data)
+    except Exception as exc:  # a corrupt or foreign entry: refuse loudly
+        raise LogFormatError(f"undecodable log entry: {exc}") from None
+    if version != LOG_FORMAT_VERSION:
+        raise LogFormatError(f"log format version {version}, this node speaks {LOG_FORMAT_VERSION}")
+    return stamp_ms, commands

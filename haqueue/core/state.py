@@ -1,0 +1,496 @@
+"""QueueState: the deterministic queue state machine replicated by the Raft log.
+
+Theory of operation. Every node applies the same batches in the same order
+through `apply_batch(stamp, commands)`; the stamp is the leader's wall clock
+at the time it made the entry. Before the commands of a batch run, time
+advances to the stamp: delayed jobs whose deadline passed become ready,
+reservations whose time-to-run passed are released (counted as timeouts) and
+paused tubes whose pause ended resume. Time never runs backwards here: a new
+leader whose clock is behind the old one's is clamped to the last stamp seen,
+so deadlines can fire late by the skew but never twice.
+
+Rules (design.md I2, I4, I6):
+- No clock, randomness, I/O or node identity: same log, same state.
+- Every client mistake is a result, never an exception (an exception inside
+  a replicated method stalls pysyncobj's apply loop forever).
+- Job ids come from `next_id`, which is replicated: unique and increasing.
+- A job is reserved by at most one connection; reservations are entries.
+
+Read-only queries (peek, stats) take `now` too, and never change anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import pickle
+
+from haqueue.core import commands as C
+from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
+from haqueue.core.tube import Tube
+
+SNAPSHOT_FORMAT_VERSION = 1
+
+# Results are small tuples whose first element names the protocol reply.
+NOT_FOUND = ("NOT_FOUND",)
+DELETED_R = ("DELETED",)
+RELEASED_R = ("RELEASED",)
+BURIED_R = ("BURIED",)
+TOUCHED_R = ("TOUCHED",)
+PAUSED_R = ("PAUSED",)
+KICKED_R = ("KICKED",)
+NO_JOB = ("NO_JOB",)  # reserve found nothing ready: the session waits
+DONE = ("OK",)  # internal commands (tick, drop-conn, …)
+INTERNAL_ERROR = ("INTERNAL_ERROR",)
+
+
+class QueueState:
+    """The whole replicated queue. Not thread-safe: one applier at a time."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}
+        self.tubes: dict[str, Tube] = {}
+        self.next_id = 1
+        self.now = 0  # the latest stamp applied (ms)
+        self.total_jobs = 0
+        self.job_timeouts = 0
+        self.internal_errors = 0  # bugs caught at the apply boundary; must stay 0
+        # Global deadline heaps, cleaned lazily like the tube heaps.
+        self._delays: list[tuple[int, int, Job]] = []  # (deadline, id, job) of DELAYED jobs
+        self._ttrs: list[tuple[int, int, Job]] = []  # (deadline, id, job) of RESERVED jobs
+        self._pauses: list[tuple[int, str]] = []  # (unpause_at, tube name)
+        self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
+        # Counts over all tubes, kept incrementally for `stats`.
+        self.reserved_count = 0
+        # Edge signals for the server on the leader (followers ignore them).
+        self.ready_changed = False  # some job became ready: wake waiting reserves
+        self.emptied_tubes: set[str] = set()  # tubes that lost their last job
+
+    # ------------------------------------------------------------------
+    # applying the log
+    def apply_batch(self, stamp: int, commands: list[tuple]) -> list[tuple]:
+        """Apply one log entry; return one result per command."""
+        self.advance(stamp)
+        now = self.now
+        apply = self.apply
+        return [apply(cmd, now) for cmd in commands]
+
+    def apply(self, cmd: tuple, now: int) -> tuple:
+        """Apply one command at `now` (already advanced). Never raises for input."""
+        try:
+            handler = _HANDLERS[cmd[0]]
+        except (KeyError, IndexError, TypeError):
+            self.internal_errors += 1
+            return INTERNAL_ERROR
+        try:
+            return handler(self, cmd, now)
+        except Exception:
+            # A bug, not bad input: every node hits it at the same entry, so
+            # state stays identical; the count makes tests fail loudly.
+            self.internal_errors += 1
+            return INTERNAL_ERROR
+
+    def advance(self, stamp: int) -> None:
+        """Move time forward to `stamp` and fire every deadline up to it."""
+        if stamp > self.now:
+            self.now = stamp
+        now = self.now
+        delays = self._delays
+        while delays and delays[0][0] <= now:
+            deadline, _, job = heapq.heappop(delays)
+            if job.state == DELAYED and job.deadline == deadline:
+                tube = job.tube
+                tube.delayed_count -= 1
+                tube.push_ready(job)
+                self.ready_changed = True
+        ttrs = self._ttrs
+        while ttrs and ttrs[0][0] <= now:
+            deadline, _, job = heapq.heappop(ttrs)
+            if job.state == RESERVED and job.deadline == deadline:
+                job.timeouts += 1
+                self.job_timeouts += 1
+                self._unreserve(job)
+                job.tube.push_ready(job)
+                self.ready_changed = True
+        pauses = self._pauses
+        while pauses and pauses[0][0] <= now:
+            unpause_at, name = heapq.heappop(pauses)
+            tube = self.tubes.get(name)
+            if tube is not None and tube.pause and tube.unpause_at == unpause_at:
+                tube.pause = 0
+                tube.unpause_at = 0
+                if tube.ready_count:
+                    self.ready_changed = True
+
+    def next_deadline(self) -> int | None:
+        """The earliest pending deadline (ms), for the leader's timer."""
+        best = None
+        for heap in (self._delays, self._ttrs, self._pauses):
+            while heap and not self._heap_top_live(heap):
+                heapq.heappop(heap)
+            if heap and (best is None or heap[0][0] < best):
+                best = heap[0][0]
+        return best
+
+    def _heap_top_live(self, heap) -> bool:
+        entry = heap[0]
+        if heap is self._pauses:
+            tube = self.tubes.get(entry[1])
+            return tube is not None and tube.pause > 0 and tube.unpause_at == entry[0]
+        job = entry[2]
+        want = DELAYED if heap is self._delays else RESERVED
+        return job.state == want and job.deadline == entry[0]
+
+    # ------------------------------------------------------------------
+    # helpers
+    def tube(self, name: str) -> Tube:
+        tube = self.tubes.get(name)
+        if tube is None:
+            tube = self.tubes[name] = Tube(name)
+        return tube
+
+    def _make_ready_or_delayed(self, job: Job, delay: int, now: int) -> None:
+        if delay > 0:
+            deadline = now + delay
+            job.tube.push_delayed(job, deadline)
+            heapq.heappush(self._delays, (deadline, job.id, job))
+        else:
+            job.tube.push_ready(job)
+            self.ready_changed = True
+
+    def _reserve(self, job: Job, conn: int, now: int) -> tuple:
+        job.state = RESERVED
+        job.reserver = conn
+        job.reserves += 1
+        job.deadline = now + job.ttr
+        job.tube.reserved_count += 1
+        self.reserved_count += 1
+        held = self._reserved_by.get(conn)
+        if held is None:
+            held = self._reserved_by[conn] = {}
+        held[job.id] = job
+        heapq.heappush(self._ttrs, (job.deadline, job.id, job))
+        return ("RESERVED", job.id, job.body)
+
+    def _unreserve(self, job: Job) -> None:
+        held = self._reserved_by.get(job.reserver)
+        if held is not None:
+            held.pop(job.id, None)
+            if not held:
+                del self._reserved_by[job.reserver]
+        job.reserver = None
+        job.tube.reserved_count -= 1
+        self.reserved_count -= 1
+
+    def _take_out(self, job: Job) -> None:
+        """Remove a job from whatever queue holds it (its heap entries go stale)."""
+        tube = job.tube
+        state = job.state
+        if state == READY:
+            tube.unlink_ready(job)
+        elif state == DELAYED:
+            tube.delayed_count -= 1
+        elif state == BURIED:
+            del tube.buried[job.id]
+        elif state == RESERVED:
+            self._unreserve(job)
+
+    def _reserved_by_conn(self, conn: int, job_id: int) -> Job | None:
+        held = self._reserved_by.get(conn)
+        return held.get(job_id) if held is not None else None
+
+    # ------------------------------------------------------------------
+    # commands
+    def _put(self, cmd: tuple, now: int) -> tuple:
+        _, tube_name, pri, delay, ttr, body = cmd
+        job_id = self.next_id
+        self.next_id = job_id + 1
+        tube = self.tube(tube_name)
+        job = Job(job_id, tube, pri, delay, ttr if ttr >= MIN_TTR_MS else MIN_TTR_MS, body, now)
+        self.jobs[job_id] = job
+        self.total_jobs += 1
+        tube.total_jobs += 1
+        self._make_ready_or_delayed(job, delay, now)
+        return ("INSERTED", job_id)
+
+    def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
+        _, conn, tube_names = cmd
+        best = None
+        tubes = self.tubes
+        for name in tube_names:
+            tube = tubes.get(name)
+            if tube is None or not tube.ready_count or tube.paused(now):
+                continue
+            job = tube.peek_ready()
+            if job is not None and (best is None or (job.pri, job.id) < (best.pri, best.id)):
+                best = job
+        if best is None:
+            return NO_JOB
+        best.tube.unlink_ready(best)
+        return self._reserve(best, conn, now)
+
+    def _reserve_job(self, cmd: tuple, now: int) -> tuple:
+        _, conn, job_id = cmd
+        job = self.jobs.get(job_id)
+        if job is None or job.state == RESERVED:
+            return NOT_FOUND
+        self._take_out(job)
+        return self._reserve(job, conn, now)
+
+    def _delete(self, cmd: tuple, now: int) -> tuple:
+        _, conn, job_id = cmd
+        job = self.jobs.get(job_id)
+        if job is None or (job.state == RESERVED and job.reserver != conn):
+            return NOT_FOUND
+        self._take_out(job)
+        job.state = DELETED
+        del self.jobs[job_id]
+        tube = job.tube
+        tube.cmd_delete += 1
+        if tube.job_count == 0:
+            self.emptied_tubes.add(tube.name)
+        return DELETED_R
+
+    def _release(self, cmd: tuple, now: int) -> tuple:
+        _, conn, job_id, pri, delay = cmd
+        job = self._reserved_by_conn(conn, job_id)
+        if job is None:
+            return NOT_FOUND
+        self._unreserve(job)
+        job.pri = pri
+        job.delay = delay
+        job.releases += 1
+        self._make_ready_or_delayed(job, delay, now)
+        return RELEASED_R
+
+    def _bury(self, cmd: tuple, now: int) -> tuple:
+        _, conn, job_id, pri = cmd
+        job = self._reserved_by_conn(conn, job_id)
+        if job is None:
+            return NOT_FOUND
+        self._unreserve(job)
+        job.pri = pri
+        job.buries += 1
+        job.tube.push_buried(job)
+        return BURIED_R
+
+    def _touch(self, cmd: tuple, now: int) -> tuple:
+        _, conn, job_id = cmd
+        job = self._reserved_by_conn(conn, job_id)
+        if job is None:
+            return NOT_FOUND
+        job.deadline = now + job.ttr
+        heapq.heappush(self._ttrs, (job.deadline, job.id, job))
+        return TOUCHED_R
+
+    def _kick_one(self, job: Job) -> None:
+        self._take_out(job)
+        job.kicks += 1
+        job.tube.push_ready(job)
+        self.ready_changed = True
+
+    def _kick(self, cmd: tuple, now: int) -> tuple:
+        _, tube_name, bound = cmd
+        tube = self.tubes.get(tube_name)
+        kicked = 0
+        if tube is not None:
+            if tube.buried:
+                while kicked < bound and tube.buried:
+                    self._kick_one(next(iter(tube.buried.values())))
+                    kicked += 1
+            else:
+                while kicked < bound:
+                    job = tube.peek_delayed()
+                    if job is None:
+                        break
+                    self._kick_one(job)
+                    kicked += 1
+        return ("KICKED", kicked)
+
+    def _kick_job(self, cmd: tuple, now: int) -> tuple:
+        _, job_id = cmd
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (BURIED, DELAYED):
+            return NOT_FOUND
+        self._kick_one(job)
+        return KICKED_R
+
+    def _pause_tube(self, cmd: tuple, now: int) -> tuple:
+        _, tube_name, delay = cmd
+        tube = self.tube(tube_name)
+        # beanstalkd pauses for at least a moment so that waiting reserves
+        # notice the deadline; 0 therefore ends a pause at once.
+        delay = max(delay, 1)
+        tube.pause = delay
+        tube.unpause_at = now + delay
+        tube.cmd_pause += 1
+        heapq.heappush(self._pauses, (tube.unpause_at, tube_name))
+        return PAUSED_R
+
+    def _drop_conn(self, cmd: tuple, now: int) -> tuple:
+        _, conn = cmd
+        self._requeue_reservations([conn])
+        return DONE
+
+    def _release_orphans(self, cmd: tuple, now: int) -> tuple:
+        _, keep = cmd
+        keep = set(keep)
+        self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
+        return DONE
+
+    def _requeue_reservations(self, conns: list[int]) -> None:
+        # As beanstalkd's enqueue_reserved_jobs on connection close: back to
+        # ready with no release or timeout counted (the `reserves` count tells
+        # workers a job was handed out before).
+        for conn in conns:
+            held = self._reserved_by.get(conn)
+            if not held:
+                continue
+            for job in sorted(held.values(), key=_by_id):
+                self._unreserve(job)
+                job.tube.push_ready(job)
+            self.ready_changed = True
+
+    def _forget_tube(self, cmd: tuple, now: int) -> tuple:
+        _, tube_name = cmd
+        tube = self.tubes.get(tube_name)
+        if tube is not None and tube.job_count == 0:
+            del self.tubes[tube_name]
+        return DONE
+
+    def _tick(self, cmd: tuple, now: int) -> tuple:
+        return DONE
+
+    # ------------------------------------------------------------------
+    # read-only queries
+    def job_time_left(self, job: Job, now: int) -> int:
+        if job.state in (RESERVED, DELAYED):
+            return max(0, job.deadline - now)
+        return 0
+
+    def reservations_of(self, conn: int) -> dict[int, Job]:
+        return self._reserved_by.get(conn, {})
+
+    def soonest_reservation_deadline(self, conn: int) -> int | None:
+        held = self._reserved_by.get(conn)
+        if not held:
+            return None
+        return min(job.deadline for job in held.values())
+
+    def has_ready(self, tube_names, now: int) -> bool:
+        tubes = self.tubes
+        for name in tube_names:
+            tube = tubes.get(name)
+            if tube is not None and tube.ready_count and not tube.paused(now):
+                return True
+        return False
+
+    def counts(self) -> dict[str, int]:
+        urgent = ready = delayed = buried = 0
+        for tube in self.tubes.values():
+            urgent += tube.urgent_count
+            ready += tube.ready_count
+            delayed += tube.delayed_count
+            buried += len(tube.buried)
+        return {
+            "urgent": urgent,
+            "ready": ready,
+            "reserved": self.reserved_count,
+            "delayed": delayed,
+            "buried": buried,
+        }
+
+    # ------------------------------------------------------------------
+    # snapshots and digests
+    def to_records(self) -> tuple:
+        """Everything replicated, as plain data in a canonical order."""
+        tubes = tuple(
+            (t.name, t.total_jobs, t.cmd_delete, t.cmd_pause, t.pause, t.unpause_at)
+            for t in self.tubes.values()
+        )
+        jobs = tuple(self.jobs[i].to_record() for i in sorted(self.jobs))
+        return (
+            SNAPSHOT_FORMAT_VERSION,
+            self.next_id,
+            self.now,
+            self.total_jobs,
+            self.job_timeouts,
+            tubes,
+            jobs,
+        )
+
+    def serialize(self) -> bytes:
+        return pickle.dumps(self.to_records(), protocol=5)
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> "QueueState":
+        return cls.from_records(pickle.loads(data))
+
+    @classmethod
+    def from_records(cls, records: tuple) -> "QueueState":
+        version, next_id, now, total_jobs, job_timeouts, tubes, jobs = records
+        if version != SNAPSHOT_FORMAT_VERSION:
+            raise ValueError(f"snapshot format {version}, this node reads {SNAPSHOT_FORMAT_VERSION}")
+        state = cls()
+        state.next_id = next_id
+        state.now = now
+        state.total_jobs = total_jobs
+        state.job_timeouts = job_timeouts
+        for name, total, cmd_delete, cmd_pause, pause, unpause_at in tubes:
+            tube = state.tube(name)
+            tube.total_jobs = total
+            tube.cmd_delete = cmd_delete
+            tube.cmd_pause = cmd_pause
+            tube.pause = pause
+            tube.unpause_at = unpause_at
+            if pause:
+                state._pauses.append((unpause_at, name))
+        for rec in jobs:
+            (job_id, tube_name, pri, delay, ttr, body, job_state, deadline, created, reserver,
+             reserves, timeouts, releases, buries, kicks) = rec
+            tube = state.tube(tube_name)
+            job = Job(job_id, tube, pri, delay, ttr, body, created)
+            job.reserves, job.timeouts, job.releases, job.buries, job.kicks = (
+                reserves, timeouts, releases, buries, kicks,
+            )
+            state.jobs[job_id] = job
+            if job_state == READY:
+                tube.push_ready(job)
+            elif job_state == DELAYED:
+                tube.push_delayed(job, deadline)
+                state._delays.append((deadline, job_id, job))
+            elif job_state == BURIED:
+                tube.push_buried(job)
+            elif job_state == RESERVED:
+                state._reserve(job, reserver, deadline - job.ttr)
+                job.reserves = reserves
+        heapq.heapify(state._delays)
+        heapq.heapify(state._pauses)
+        state.ready_changed = False
+        return state
+
+    def digest(self) -> str:
+        """A hash of the replicated state: equal on every node that applied the same log."""
+        return hashlib.sha256(pickle.dumps(self.to_records(), protocol=5)).hexdigest()
+
+
+def _by_id(job: Job) -> int:
+    return job.id
+
+
+_HANDLERS = {
+    C.TICK: QueueState._tick,
+    C.PUT: QueueState._put,
+    C.RESERVE: QueueState._reserve_cmd,
+    C.RESERVE_JOB: QueueState._reserve_job,
+    C.DELETE: QueueState._delete,
+    C.RELEASE: QueueState._release,
+    C.BURY: QueueState._bury,
+    C.TOUCH: QueueState._touch,
+    C.KICK: QueueState._kick,
+    C.KICK_JOB: QueueState._kick_job,
+    C.PAUSE_TUBE: QueueState._pause_tube,
+    C.DROP_CONN: QueueState._drop_conn,
+    C.RELEASE_ORPHANS: QueueState._release_orphans,
+    C.FORGET_TUBE: QueueState._forget_tube,
+}

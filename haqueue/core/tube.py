@@ -1,0 +1,123 @@
+"""A tube: its ready queue, delayed queue, buried list, pause state and counters.
+
+Ready jobs are ordered by (priority, id), delayed jobs by (deadline, id) and
+buried jobs first-in first-out, as in beanstalkd. The heaps are cleaned lazily:
+an entry is only trusted if the job it names is still in the state and at the
+key the entry records, so removing a job from the middle (delete, kick-job,
+reserve-job) is O(1) and the stale entry is dropped when it reaches the top.
+Heaps are rebuilt when stale entries outnumber live ones, which bounds memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from haqueue.core.job import BURIED, DELAYED, READY, URGENT_THRESHOLD, Job
+
+
+class Tube:
+    __slots__ = (
+        "name",
+        "ready",
+        "ready_count",
+        "urgent_count",
+        "delayed",
+        "delayed_count",
+        "buried",
+        "reserved_count",
+        "total_jobs",
+        "cmd_delete",
+        "cmd_pause",
+        "pause",
+        "unpause_at",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready: list[tuple[int, int, Job]] = []  # heap of (pri, id, job)
+        self.ready_count = 0
+        self.urgent_count = 0
+        self.delayed: list[tuple[int, int, Job]] = []  # heap of (deadline, id, job)
+        self.delayed_count = 0
+        # OrderedDict, not dict: kicking from the front of a dict whose head was
+        # deleted rescans the holes each time (quadratic for big kicks).
+        self.buried: OrderedDict[int, Job] = OrderedDict()  # FIFO
+        self.reserved_count = 0
+        self.total_jobs = 0
+        self.cmd_delete = 0
+        self.cmd_pause = 0
+        self.pause = 0  # ms the tube was paused for; 0 when not paused
+        self.unpause_at = 0
+
+    @property
+    def job_count(self) -> int:
+        return self.ready_count + self.delayed_count + len(self.buried) + self.reserved_count
+
+    # ready -------------------------------------------------------------
+    def push_ready(self, job: Job) -> None:
+        job.state = READY
+        heapq.heappush(self.ready, (job.pri, job.id, job))
+        self.ready_count += 1
+        if job.pri < URGENT_THRESHOLD:
+            self.urgent_count += 1
+        if len(self.ready) > 2 * self.ready_count + 64:
+            self.ready = [e for e in self.ready if _ready_live(e)]
+            heapq.heapify(self.ready)
+
+    def peek_ready(self) -> Job | None:
+        heap = self.ready
+        while heap:
+            entry = heap[0]
+            if _ready_live(entry):
+                return entry[2]
+            heapq.heappop(heap)
+        return None
+
+    def unlink_ready(self, job: Job) -> None:
+        """Account for a ready job leaving the queue; its heap entry goes stale."""
+        self.ready_count -= 1
+        if job.pri < URGENT_THRESHOLD:
+            self.urgent_count -= 1
+
+    # delayed -----------------------------------------------------------
+    def push_delayed(self, job: Job, deadline: int) -> None:
+        job.state = DELAYED
+        job.deadline = deadline
+        heapq.heappush(self.delayed, (deadline, job.id, job))
+        self.delayed_count += 1
+        if len(self.delayed) > 2 * self.delayed_count + 64:
+            self.delayed = [e for e in self.delayed if _delayed_live(e)]
+            heapq.heapify(self.delayed)
+
+    def peek_delayed(self) -> Job | None:
+        heap = self.delayed
+        while heap:
+            entry = heap[0]
+            if _delayed_live(entry):
+                return entry[2]
+            heapq.heappop(heap)
+        return None
+
+    # buried ------------------------------------------------------------
+    def push_buried(self, job: Job) -> None:
+        job.state = BURIED
+        self.buried[job.id] = job
+
+    def peek_buried(self) -> Job | None:
+        for job in self.buried.values():
+            return job
+        return None
+
+    def paused(self, now: int) -> bool:
+        return self.pause > 0 and now < self.unpause_at
+
+
+def _ready_live(entry: tuple[int, int, Job]) -> bool:
+    job = entry[2]
+    return job.state == READY and job.pri == entry[0]
+
+
+def _delayed_live(entry: tuple[int, int, Job]) -> bool:
+    job = entry[2]
+    return job.state == DELAYED and job.deadline == entry[0]
