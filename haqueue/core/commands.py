@@ -33,7 +33,8 @@ KICK = 8  # (KICK, tube, bound)
 KICK_JOB = 9  # (KICK_JOB, id)
 PAUSE_TUBE = 10  # (PAUSE_TUBE, tube, delay_ms)
 DROP_CONN = 11  # (DROP_CONN, conn): the connection closed; its reservations go back
-RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...)): a new leader keeps only these
+RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...), epoch): a new leader keeps only these
+# connections' reservations; connections of epochs below `epoch` may reserve no more
 FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
 
 NAMES = {

@@ -55,6 +55,11 @@ class QueueState:
         self.total_jobs = 0
         self.job_timeouts = 0
         self.internal_errors = 0  # bugs caught at the apply boundary; must stay 0
+        # Connection ids are (leader epoch << 32 | serial). A new leader raises
+        # the floor when it releases orphans, so a command of a dead leader's
+        # connection that is still in flight (pysyncobj forwards queued
+        # commands to the new leader) cannot take a reservation again (I4, I5).
+        self.conn_epoch_floor = 0
         # Global deadline heaps, cleaned lazily like the tube heaps.
         self._delays: list[tuple[int, int, Job]] = []  # (deadline, id, job) of DELAYED jobs
         self._ttrs: list[tuple[int, int, Job]] = []  # (deadline, id, job) of RESERVED jobs
@@ -215,6 +220,8 @@ class QueueState:
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
         _, conn, tube_names = cmd
+        if conn >> 32 < self.conn_epoch_floor:
+            return NO_JOB
         best = None
         tubes = self.tubes
         for name in tube_names:
@@ -232,7 +239,7 @@ class QueueState:
     def _reserve_job(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
         job = self.jobs.get(job_id)
-        if job is None or job.state == RESERVED:
+        if job is None or job.state == RESERVED or conn >> 32 < self.conn_epoch_floor:
             return NOT_FOUND
         self._take_out(job)
         return self._reserve(job, conn, now)
@@ -333,8 +340,9 @@ class QueueState:
         return DONE
 
     def _release_orphans(self, cmd: tuple, now: int) -> tuple:
-        _, keep = cmd
-        keep = set(keep)
+        keep = set(cmd[1])
+        if len(cmd) > 2 and cmd[2] > self.conn_epoch_floor:
+            self.conn_epoch_floor = cmd[2]
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
         return DONE
 
@@ -417,6 +425,7 @@ class QueueState:
             self.job_timeouts,
             tubes,
             jobs,
+            self.conn_epoch_floor,
         )
 
     def serialize(self) -> bytes:
@@ -428,7 +437,7 @@ class QueueState:
 
     @classmethod
     def from_records(cls, records: tuple) -> "QueueState":
-        version, next_id, now, total_jobs, job_timeouts, tubes, jobs = records
+        version, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
         if version != SNAPSHOT_FORMAT_VERSION:
             raise ValueError(f"snapshot format {version}, this node reads {SNAPSHOT_FORMAT_VERSION}")
         state = cls()
@@ -436,6 +445,7 @@ class QueueState:
         state.now = now
         state.total_jobs = total_jobs
         state.job_timeouts = job_timeouts
+        state.conn_epoch_floor = floor
         for name, total, cmd_delete, cmd_pause, pause, unpause_at in tubes:
             tube = state.tube(name)
             tube.total_jobs = total
