@@ -1,0 +1,323 @@
+"""ReplicatedQueue: a QueueState replicated by pysyncobj, and its tick thread.
+
+This is the only module that subclasses pysyncobj. What it adds, and why
+(each a fact about pysyncobj 0.3.17 found by reading its source):
+
+1. One replicated entry point, `apply_entry(bytes)`, carrying a versioned batch
+   (haqueue/core/commands.py). pysyncobj numbers replicated methods by their
+   sorted names, so nodes with different method sets would call the wrong
+   one; with a single method the number is always 0 and the version check
+   lives in our own format.
+2. A durable journal (journal.py) in place of FileJournal, which never fsyncs.
+   pysyncobj builds its journal by calling `createJournal(journalFile)` from
+   its syncobj module; we route a `JournalSpec` (a path that carries its fsync
+   policy) to our journal there and leave every other call untouched.
+3. fsync points: a follower syncs before any message leaves it
+   (SyncingTransport), so it never acknowledges an entry that is not on disk;
+   the leader syncs before applying a committed entry, so no reply reports a
+   change that is on disk on fewer than a majority.
+4. Exceptions: an exception raised inside a replicated method makes pysyncobj
+   retry the same entry forever. `apply_entry` therefore never raises: the core
+   turns bugs into INTERNAL_ERROR results, and an entry this code cannot read
+   (another log format version) stops the node with a clear message.
+5. Snapshots: pysyncobj's default pickles the whole object in the tick thread
+   (seconds for a big queue: the node misses heartbeats and loses leadership).
+   A custom serializer forks; the child writes QueueState's compact records
+   and exits; `serializeChecker` reports when it is done. A dump file always
+   sits next to the journal (journalFile without fullDumpFile loses state at
+   compaction).
+6. Ticks run in our own thread (autoTick off) so that exceptions are logged
+   and the periodic fsync policy has a place to run.
+
+Threads: pysyncobj applies entries in the tick thread; the asyncio server
+reads the state from its own thread. `state_lock` is held while a batch is
+applied and while the server reads, so a reader never sees half a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+
+import pysyncobj.syncobj as _syncobj_module
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
+from pysyncobj.transport import TCPTransport
+
+from haqueue.core.commands import LogFormatError, decode_batch
+from haqueue.core.state import QueueState
+from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.journal import DurableJournal, write_atomically
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_MAGIC = b"HAQSNAP1"
+
+# pysyncobj's state constants (_RAFT_STATE in syncobj.py).
+FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
+ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
+
+
+class JournalSpec(str):
+    """A journal path that also says how to fsync it; see point 2 above."""
+
+    policy: FsyncPolicy
+    journal: DurableJournal | None
+
+    def __new__(cls, path: str, policy: FsyncPolicy) -> "JournalSpec":
+        spec = super().__new__(cls, path)
+        spec.policy = policy
+        spec.journal = None
+        return spec
+
+
+_original_create_journal = _syncobj_module.createJournal
+
+
+def _create_journal(journal_file=None):
+    if isinstance(journal_file, JournalSpec):
+        journal_file.journal = DurableJournal(str(journal_file), journal_file.policy)
+        return journal_file.journal
+    return _original_create_journal(journal_file)
+
+
+_syncobj_module.createJournal = _create_journal
+
+
+class SyncingTransport(TCPTransport):
+    """Syncs the journal before anything leaves the node (Raft: persist, then respond)."""
+
+    def send(self, node, message):
+        journal = getattr(self._syncObj, "journal", None)
+        if journal is not None and message.get("type") == "next_node_idx":
+            journal.sync()
+        return super().send(node, message)
+
+
+@dataclass(frozen=True)
+class RaftTiming:
+    """Raft timing in seconds. The defaults aim at failover well under 1.5 s."""
+
+    heartbeat: float = 0.05  # appendEntriesPeriod
+    election_min: float = 0.3  # raftMinTimeout
+    election_max: float = 0.6  # raftMaxTimeout
+    # A leader that has heard from no majority for this long steps down
+    # (pysyncobj's default is 30 s: a partitioned leader would keep serving).
+    leader_fallback: float = 0.6
+    connection_timeout: float = 0.9
+    connection_retry: float = 0.3
+
+    @classmethod
+    def single_node(cls) -> "RaftTiming":
+        # Nobody to wait for: become leader (and start serving) at once.
+        return cls(heartbeat=0.01, election_min=0.04, election_max=0.05, leader_fallback=0.5,
+                   connection_timeout=0.9, connection_retry=0.3)
+
+
+class SubmitFailed(Exception):
+    """The entry's outcome is unknown (leadership lost, queue full): close, don't reply."""
+
+    def __init__(self, reason: int) -> None:
+        super().__init__(f"raft submit failed: reason {reason}")
+        self.reason = reason
+
+
+class ReplicatedQueue(SyncObj):
+    def __init__(
+        self,
+        self_address: str,
+        partner_addresses: list[str],
+        *,
+        data_dir: str | None,
+        policy: FsyncPolicy,
+        secret: str | None = None,
+        timing: RaftTiming | None = None,
+        compaction_entries: int = 20000,
+        compaction_seconds: float = 120.0,
+        on_role_change=None,
+        on_fatal=None,
+    ) -> None:
+        self.state = QueueState()
+        self.state_lock = threading.RLock()
+        self.on_role_change = on_role_change
+        self.on_fatal = on_fatal
+        self.fatal_error: str | None = None
+        self.snapshots_written = 0
+        self._snapshot_pid = 0
+        self._stopping = threading.Event()
+        self._temp_dir = None
+        if data_dir is None:
+            # In memory: the journal stays in RAM, but snapshots still need a
+            # file for the forked writer and for followers catching up.
+            self._temp_dir = tempfile.mkdtemp(prefix="haqueue-")
+            dump_dir = self._temp_dir
+            journal_file = None
+        else:
+            os.makedirs(data_dir, exist_ok=True)
+            dump_dir = data_dir
+            journal_file = JournalSpec(os.path.join(data_dir, "raft.journal"), policy)
+        self.dump_path = os.path.join(dump_dir, "raft.snapshot")
+        self.policy = policy
+        self._journal_spec = journal_file
+        timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
+        conf = SyncObjConf(
+            autoTick=False,
+            appendEntriesUseBatch=False,  # True makes every commit wait for a heartbeat
+            appendEntriesPeriod=timing.heartbeat,
+            raftMinTimeout=timing.election_min,
+            raftMaxTimeout=timing.election_max,
+            leaderFallbackTimeout=timing.leader_fallback,
+            connectionTimeout=timing.connection_timeout,
+            connectionRetryTime=timing.connection_retry,
+            journalFile=journal_file,
+            fullDumpFile=self.dump_path,
+            serializer=self._write_snapshot,
+            deserializer=self._read_snapshot,
+            serializeChecker=self._snapshot_progress,
+            logCompactionMinEntries=compaction_entries,
+            logCompactionMinTime=compaction_seconds,
+            onStateChanged=self._state_changed,
+            password=secret,
+            dynamicMembershipChange=False,
+            commandsQueueSize=200000,
+            maxBindRetries=5,
+            bindRetryTime=0.1,
+            tcp_keepalive=(1, 1, 3),
+        )
+        super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
+        self.journal = journal_file.journal if journal_file is not None else None
+        self._thread = threading.Thread(target=self._run, name="raft-tick", daemon=True)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        if self._snapshot_pid:
+            try:
+                os.waitpid(self._snapshot_pid, 0)
+            except ChildProcessError:
+                pass
+            self._snapshot_pid = 0
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.doTick(0.02)
+                if self.journal is not None and not self.policy.durable:
+                    self.journal.sync()
+            except Exception:
+                log.exception("raft tick failed")
+        try:
+            self._doDestroy()
+        except Exception:
+            log.exception("raft shutdown failed")
+
+    # --------------------------------------------------------- replication
+    def submit(self, data: bytes, callback) -> None:
+        """Append an encoded batch; callback(results, error) runs in the tick thread."""
+        self.apply_entry(data, callback=callback)
+
+    @replicated
+    def apply_entry(self, data):
+        journal = self.journal
+        if journal is not None:
+            journal.sync()  # the leader's own copy is on disk before any reply
+        try:
+            stamp, commands = decode_batch(data)
+        except LogFormatError as exc:
+            self._fatal(f"cannot apply a log entry: {exc}; refusing to run with a diverged state")
+            return None
+        with self.state_lock:
+            return self.state.apply_batch(stamp, commands)
+
+    def _fatal(self, message: str) -> None:
+        if self.fatal_error is None:
+            self.fatal_error = message
+            log.critical(message)
+            if self.on_fatal is not None:
+                self.on_fatal(message)
+
+    # ---------------------------------------------------------- leadership
+    def _state_changed(self, old: int, new: int) -> None:
+        if self.on_role_change is not None:
+            self.on_role_change(ROLE_NAMES.get(new, str(new)))
+
+    @property
+    def role(self) -> str:
+        if self._isLeader():
+            return "leader"
+        return "follower" if self._getLeader() is not None else "candidate"
+
+    def status(self) -> dict:
+        status = self.getStatus()
+        leader = status.get("leader")
+        return {
+            "role": ROLE_NAMES.get(status["state"], "?"),
+            "term": status["raft_term"],
+            "leader": leader.address if leader is not None else None,
+            "commit_index": status["commit_idx"],
+            "applied_index": status["last_applied"],
+            "log_length": status["log_len"],
+            "has_quorum": status["has_quorum"],
+        }
+
+    # ------------------------------------------------------------ snapshots
+    def _write_snapshot(self, _pysyncobj_tmp: str, raft_data) -> None:
+        # Called in the tick thread between entries, so the state is exactly
+        # that of the last applied entry. pysyncobj will then try to rename its
+        # own temporary file over the dump; that file never exists, the rename
+        # fails harmlessly, and serializeChecker (ours) reports the truth.
+        pid = os.fork()
+        if pid == 0:  # the child: no threads, no locks; write and leave
+            code = 1
+            try:
+                data = pickle.dumps((SNAPSHOT_MAGIC, self.state.to_records(), tuple(raft_data)), protocol=5)
+                tmp = self.dump_path + ".writing"
+                write_atomically(tmp, data, sync=not self.policy.never)
+                os.replace(tmp, self.dump_path)
+                code = 0
+            finally:
+                os._exit(code)
+        self._snapshot_pid = pid
+
+    def _snapshot_progress(self) -> int:
+        pid = self._snapshot_pid
+        if not pid:
+            return SERIALIZER_STATE.NOT_SERIALIZING
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            self._snapshot_pid = 0
+            return SERIALIZER_STATE.FAILED
+        if done == 0:
+            return SERIALIZER_STATE.SERIALIZING
+        self._snapshot_pid = 0
+        if os.waitstatus_to_exitcode(status) == 0:
+            self.snapshots_written += 1
+            return SERIALIZER_STATE.SUCCESS
+        log.warning("snapshot writer failed with status %s", status)
+        return SERIALIZER_STATE.FAILED
+
+    def _read_snapshot(self, path: str):
+        with open(path, "rb") as f:
+            magic, records, raft_data = pickle.loads(f.read())
+        if magic != SNAPSHOT_MAGIC:
+            raise ValueError(f"{path}: not a haqueue snapshot")
+        state = QueueState.from_records(records)
+        with self.state_lock:
+            self.state = state
+        return raft_data
+
+
+FAIL_SUCCESS = FAIL_REASON.SUCCESS
