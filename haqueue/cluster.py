@@ -31,12 +31,41 @@ Shape (keys may be added; these are relied on by tooling and docs):
     address = "192.0.2.2"
     interface = "eth1"
     priority = 150
+
+    [deploy]                     # optional: where things live on the hosts
+    config_path = "/etc/haqueue/cluster.toml"
+    haqueue_bin = "/usr/local/bin/haqueue"
+    user = "haqueue"             # runs haqueue serve
+    data_dir = "/var/lib/haqueue"  # a node's data: DATA_DIR/ID unless nodes[].data_dir
+
+    [keepalived]                 # optional: collocated VRRP (gen-keepalived, gen-systemd)
+    advert_int = 0.1             # seconds; VRRPv3, a multiple of 0.01
+    check = "http"               # "http": curl the node's /leader; "command": check_command
+    check_command = "/usr/local/bin/haqueue node is-leader --config /etc/haqueue/cluster.toml --node {node}"
+    garp_master_delay = 1
+    garp_master_refresh = 60
+    script_user = "keepalived_script"
+    script_dir = "/etc/keepalived"
+    start_delay = 2              # seconds keepalived waits after haqueue answers
+
+    [lvs]                        # optional: the director pair (gen-lvs)
+    mode = "dr"                  # dr | tun | nat
+    advert_int = 0.2
+    virtual_router_id = 52       # default: cluster.virtual_router_id
+    delay_loop = 0.2             # seconds between leader checks of each real server
+    conn_tab_bits = 15           # ip_vs connection hash table size, 2^bits buckets
+    tcp_timeout = 3600           # ip_vs idle timeout of an established connection
+    nat_gateway = "192.0.2.1"    # NAT mode only: the real servers' gateway, held by the directors
+
+The optional tables have defaults for every key; the defaults are the
+documented, tested choice (docs/operations.md explains each).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +76,18 @@ DEFAULT_RAFT_PORT = 11400
 DEFAULT_ADMIN_PORT = 11500
 DEFAULT_VIRTUAL_ROUTER_ID = 51
 
+LVS_MODES = ("dr", "tun", "nat")
+LEADER_CHECKS = ("http", "command")
+
 # Node ids end up in file names, keepalived instance names and systemd unit
 # names, so keep them to a safe, short alphabet.
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 # Linux IFNAMSIZ is 16 including the NUL.
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# Paths and user names are written unquoted into keepalived.conf and systemd
+# units, so keep them free of spaces, quotes and other syntax.
+_PATH_RE = re.compile(r"^/[A-Za-z0-9_./+-]*$")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
 class ClusterFileError(ValueError):
@@ -85,6 +121,43 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Deploy:
+    """Where haqueue lives on every host ([deploy])."""
+
+    config_path: str = "/etc/haqueue/cluster.toml"
+    haqueue_bin: str = "/usr/local/bin/haqueue"
+    user: str = "haqueue"
+    data_dir: str = "/var/lib/haqueue"
+
+
+@dataclass(frozen=True)
+class KeepalivedSettings:
+    """Collocated VRRP knobs ([keepalived]); see haqueue/ops/keepalived.py for why."""
+
+    advert_int: float = 0.1
+    check: str = "http"
+    check_command: str | None = None  # None: `haqueue node is-leader` from [deploy]
+    garp_master_delay: int = 1
+    garp_master_refresh: int = 60
+    script_user: str = "keepalived_script"
+    script_dir: str = "/etc/keepalived"
+    start_delay: float = 2.0
+
+
+@dataclass(frozen=True)
+class LvsSettings:
+    """LVS director pair knobs ([lvs]); see haqueue/ops/lvs.py for why."""
+
+    mode: str = "dr"
+    advert_int: float = 0.2
+    virtual_router_id: int | None = None  # None: cluster.virtual_router_id
+    delay_loop: float = 0.2
+    conn_tab_bits: int = 15
+    tcp_timeout: int = 3600
+    nat_gateway: str | None = None
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A validated cluster file."""
 
@@ -97,6 +170,9 @@ class Cluster:
     virtual_router_id: int
     nodes: tuple[Node, ...]
     directors: tuple[Node, ...] = ()
+    deploy: Deploy = Deploy()
+    keepalived: KeepalivedSettings = KeepalivedSettings()
+    lvs: LvsSettings = LvsSettings()
     source: str = "<memory>"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -117,6 +193,17 @@ class Cluster:
 
     def peers_of(self, node_id: str) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.id != node_id)
+
+    def data_dir_of(self, node: Node) -> str:
+        """The node's data directory on its host: its own, or DEPLOY.DATA_DIR/ID."""
+        return node.data_dir or f"{self.deploy.data_dir.rstrip('/')}/{node.id}"
+
+    def leader_check_command(self, node: Node) -> str:
+        """The `command` leader check for this node (exit 0 only on the Raft leader)."""
+        template = self.keepalived.check_command or (
+            f"{self.deploy.haqueue_bin} node is-leader --config {self.deploy.config_path} --node {{node}}"
+        )
+        return template.replace("{node}", node.id)
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -176,6 +263,42 @@ class _Validator:
             raise self.fail(name, f"{value} is out of range {lo}..{hi}")
         return value
 
+    def number(self, data: dict, key: str, where: str, default: float, lo: float, hi: float) -> float:
+        value = data.get(key, default)
+        name = f"{where}.{key}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(name, f"must be a number of seconds, not {value!r}")
+        if not lo <= value <= hi:
+            raise self.fail(name, f"{value} is out of range {lo:g}..{hi:g}")
+        return float(value)
+
+    def choice(self, data: dict, key: str, where: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.string(data, key, where, default)
+        if value not in choices:
+            raise self.fail(f"{where}.{key}", f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def path(self, data: dict, key: str, where: str, default: str) -> str:
+        value = self.string(data, key, where, default)
+        if not _PATH_RE.match(value):
+            raise self.fail(
+                f"{where}.{key}", f"{value!r} must be an absolute path of letters, digits and _ . / + -"
+            )
+        return value
+
+    def user(self, data: dict, key: str, where: str, default: str) -> str:
+        value = self.string(data, key, where, default)
+        if not _USER_RE.match(value):
+            raise self.fail(f"{where}.{key}", f"{value!r} is not a valid user name")
+        return value
+
+    def optional_table(self, data: dict, key: str, known: set[str]) -> dict:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be a table")
+        self.unknown_keys(value, known, key)
+        return value
+
     def unknown_keys(self, data: dict, known: set[str], where: str) -> None:
         for key in data:
             if key not in known:
@@ -183,7 +306,7 @@ class _Validator:
 
     def cluster(self, data: dict) -> Cluster:
         for key in data:
-            if key not in ("cluster", "nodes", "directors"):
+            if key not in ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs"):
                 raise self.fail(key, "unknown table")
         c = self.table(data, "cluster")
         self.unknown_keys(
@@ -212,11 +335,15 @@ class _Validator:
         defaults = {"client_port": client_port, "raft_port": raft_port, "admin_port": admin_port}
         nodes = self.members(data, "nodes", vip, defaults, required=True)
         directors = self.members(data, "directors", vip, defaults, required=False)
-        ids = {}
-        for member in nodes + directors:
-            if member.id in ids:
-                raise self.fail(f"{ids[member.id]}", f"duplicate id {member.id!r}")
-            ids[member.id] = member.id
+        ids: dict[str, str] = {}
+        for key, members in (("nodes", nodes), ("directors", directors)):
+            for i, member in enumerate(members):
+                if member.id in ids:
+                    raise self.fail(f"{key}[{i}].id", f"duplicate id {member.id!r} (also {ids[member.id]})")
+                ids[member.id] = f"{key}[{i}]"
+        deploy = self.deploy(data)
+        keepalived = self.keepalived(data)
+        lvs = self.lvs(data, vip, nodes + directors)
         return Cluster(
             name=name,
             vip=vip,
@@ -227,7 +354,109 @@ class _Validator:
             virtual_router_id=vrid,
             nodes=nodes,
             directors=directors,
+            deploy=deploy,
+            keepalived=keepalived,
+            lvs=lvs,
             source=self.source,
+        )
+
+    def deploy(self, data: dict) -> Deploy:
+        t = self.optional_table(data, "deploy", {"config_path", "haqueue_bin", "user", "data_dir"})
+        d = Deploy()
+        return Deploy(
+            config_path=self.path(t, "config_path", "deploy", d.config_path),
+            haqueue_bin=self.path(t, "haqueue_bin", "deploy", d.haqueue_bin),
+            user=self.user(t, "user", "deploy", d.user),
+            data_dir=self.path(t, "data_dir", "deploy", d.data_dir),
+        )
+
+    def advert_int(self, t: dict, where: str, default: float) -> float:
+        # VRRPv3 carries the interval in centiseconds (RFC 5798 5.2.7), 12 bits.
+        value = self.number(t, "advert_int", where, default, 0.01, 40.95)
+        if abs(round(value * 100) - value * 100) > 1e-6:
+            raise self.fail(f"{where}.advert_int", f"{value:g} is not a multiple of 0.01 s (VRRPv3 centiseconds)")
+        return round(value, 2)
+
+    def keepalived(self, data: dict) -> KeepalivedSettings:
+        t = self.optional_table(
+            data,
+            "keepalived",
+            {
+                "advert_int", "check", "check_command", "garp_master_delay", "garp_master_refresh",
+                "script_user", "script_dir", "start_delay",
+            },
+        )
+        d = KeepalivedSettings()
+        check_command = t.get("check_command")
+        if check_command is not None:
+            check_command = self.command(t, "check_command", "keepalived")
+        return KeepalivedSettings(
+            advert_int=self.advert_int(t, "keepalived", d.advert_int),
+            check=self.choice(t, "check", "keepalived", d.check, LEADER_CHECKS),
+            check_command=check_command,
+            garp_master_delay=self.integer(t, "garp_master_delay", "keepalived", d.garp_master_delay, 0, 3600),
+            garp_master_refresh=self.integer(
+                t, "garp_master_refresh", "keepalived", d.garp_master_refresh, 0, 86400
+            ),
+            script_user=self.user(t, "script_user", "keepalived", d.script_user),
+            script_dir=self.path(t, "script_dir", "keepalived", d.script_dir),
+            start_delay=self.number(t, "start_delay", "keepalived", d.start_delay, 0, 600),
+        )
+
+    def command(self, t: dict, key: str, where: str) -> str:
+        name = f"{where}.{key}"
+        value = self.string(t, key, where)
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise self.fail(name, f"cannot be split into words: {exc}") from None
+        if not words or not _PATH_RE.match(words[0]):
+            raise self.fail(name, "must start with the absolute path of the program")
+        for placeholder in re.findall(r"\{[^}]*\}", value):
+            if placeholder != "{node}":
+                raise self.fail(name, f"unknown placeholder {placeholder} (only {{node}} is replaced)")
+        if any(c in value for c in "\"'\n"):
+            # It is written into a quoted keepalived `script "..."` string.
+            raise self.fail(name, "must not contain quotes, backslashes or newlines")
+        return value
+
+    def lvs(self, data: dict, vip, members: tuple[Node, ...]) -> LvsSettings:
+        t = self.optional_table(
+            data,
+            "lvs",
+            {"mode", "advert_int", "virtual_router_id", "delay_loop", "conn_tab_bits", "tcp_timeout", "nat_gateway"},
+        )
+        d = LvsSettings()
+        vrid = t.get("virtual_router_id")
+        if vrid is not None:
+            vrid = self.integer(t, "virtual_router_id", "lvs", None, 1, 255)
+        mode = self.choice(t, "mode", "lvs", d.mode, LVS_MODES)
+        gateway = t.get("nat_gateway")
+        if gateway is not None:
+            text = self.string(t, "nat_gateway", "lvs")
+            try:
+                address = ipaddress.IPv4Address(text)
+            except ValueError:
+                raise self.fail("lvs.nat_gateway", f"{text!r} is not an IPv4 address") from None
+            if address not in vip.network:
+                raise self.fail("lvs.nat_gateway", f"{address} is outside the VIP's subnet {vip.network}")
+            if address == vip.ip:
+                raise self.fail("lvs.nat_gateway", f"{address} is the VIP itself")
+            for member in members:
+                if member.address == str(address):
+                    raise self.fail("lvs.nat_gateway", f"{address} is already {member.id}'s address")
+            gateway = str(address)
+        elif mode == "nat":
+            raise self.fail("lvs.nat_gateway", "missing: NAT mode needs the real servers' gateway address")
+        return LvsSettings(
+            mode=mode,
+            advert_int=self.advert_int(t, "lvs", d.advert_int),
+            virtual_router_id=vrid,
+            delay_loop=self.number(t, "delay_loop", "lvs", d.delay_loop, 0.05, 60),
+            # ip_vs accepts 8..20 (the module clamps anything else to its default).
+            conn_tab_bits=self.integer(t, "conn_tab_bits", "lvs", d.conn_tab_bits, 8, 20),
+            tcp_timeout=self.integer(t, "tcp_timeout", "lvs", d.tcp_timeout, 60, 7 * 86400),
+            nat_gateway=gateway,
         )
 
     def members(self, data: dict, key: str, vip, defaults: dict, required: bool) -> tuple[Node, ...]:

@@ -1,0 +1,163 @@
+"""The cluster file loader: what it accepts, and one line naming the key for each problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from haqueue.cluster import ClusterFileError, load_cluster, parse_cluster
+
+BASE = """\
+[cluster]
+name = "orders"
+vip = "192.0.2.100/24"
+secret = "change-me"
+
+[[nodes]]
+id = "n1"
+address = "192.0.2.11"
+interface = "eth1"
+priority = 150
+
+[[nodes]]
+id = "n2"
+address = "192.0.2.12"
+interface = "eth1"
+priority = 140
+
+[[directors]]
+id = "d1"
+address = "192.0.2.2"
+interface = "eth1"
+priority = 150
+"""
+
+
+def error_for(text: str) -> str:
+    with pytest.raises(ClusterFileError) as info:
+        parse_cluster(text, source="c.toml")
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_minimal_file_gets_documented_defaults():
+    c = parse_cluster(BASE)
+    assert (c.client_port, c.raft_port, c.admin_port, c.virtual_router_id) == (11300, 11400, 11500, 51)
+    assert c.vip_address == "192.0.2.100" and c.vip_prefixlen == 24
+    assert [n.id for n in c.nodes] == ["n1", "n2"] and [d.id for d in c.directors] == ["d1"]
+    assert c.keepalived.advert_int == 0.1 and c.keepalived.check == "http"
+    assert c.lvs.mode == "dr" and c.lvs.virtual_router_id is None
+    assert c.deploy.config_path == "/etc/haqueue/cluster.toml"
+
+
+def test_data_dir_defaults_under_deploy_data_dir_and_node_value_wins():
+    c = parse_cluster(BASE.replace('priority = 140\n', 'priority = 140\ndata_dir = "/srv/hq"\n'))
+    assert c.data_dir_of(c.nodes[0]) == "/var/lib/haqueue/n1"
+    assert c.data_dir_of(c.nodes[1]) == "/srv/hq"
+
+
+def test_leader_check_command_defaults_to_is_leader_for_the_node():
+    c = parse_cluster(BASE)
+    assert c.leader_check_command(c.nodes[1]) == (
+        "/usr/local/bin/haqueue node is-leader --config /etc/haqueue/cluster.toml --node n2"
+    )
+
+
+def test_leader_check_command_template_replaces_node():
+    c = parse_cluster(BASE + '[keepalived]\ncheck = "command"\ncheck_command = "/opt/chk --id {node}"\n')
+    assert c.leader_check_command(c.nodes[0]) == "/opt/chk --id n1"
+
+
+def test_optional_tables_are_read():
+    c = parse_cluster(
+        BASE
+        + '[keepalived]\nadvert_int = 0.25\nstart_delay = 0\n'
+        + '[lvs]\nmode = "nat"\nnat_gateway = "192.0.2.1"\nvirtual_router_id = 52\n'
+        + '[deploy]\nuser = "hq"\n'
+    )
+    assert c.keepalived.advert_int == 0.25 and c.keepalived.start_delay == 0
+    assert (c.lvs.mode, c.lvs.nat_gateway, c.lvs.virtual_router_id) == ("nat", "192.0.2.1", 52)
+    assert c.deploy.user == "hq"
+
+
+def test_load_cluster_reports_a_missing_file(tmp_path):
+    with pytest.raises(ClusterFileError, match=r"nope\.toml: no such file"):
+        load_cluster(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # a bad VIP
+        ('vip = "192.0.2.100/24"', 'vip = "192.0.2.300/24"', "cluster.vip: '192.0.2.300/24' is not an IPv4"),
+        ('vip = "192.0.2.100/24"', 'vip = "192.0.2.100"', "cluster.vip: '192.0.2.100' needs a prefix length"),
+        ('vip = "192.0.2.100/24"', 'vip = "192.0.2.255/24"', "cluster.vip: 192.0.2.255/24 is the network or broadcast"),
+        # an address outside the VIP's subnet
+        ('address = "192.0.2.12"', 'address = "198.51.100.12"',
+         "nodes[1].address: 198.51.100.12 is outside the VIP's subnet 192.0.2.0/24"),
+        ('address = "192.0.2.2"', 'address = "10.0.0.2"',
+         "directors[0].address: 10.0.0.2 is outside the VIP's subnet 192.0.2.0/24"),
+        ('address = "192.0.2.12"', 'address = "192.0.2.100"', "nodes[1].address: 192.0.2.100 is the VIP itself"),
+        ('address = "192.0.2.12"', 'address = "node-2"', "nodes[1].address: 'node-2' is not an IPv4 address"),
+        # a duplicate node id or priority
+        ('id = "n2"', 'id = "n1"', "nodes[1].id: duplicate id 'n1' (also nodes[0])"),
+        ('id = "d1"', 'id = "n1"', "directors[0].id: duplicate id 'n1' (also nodes[0])"),
+        ('priority = 140', 'priority = 150', "nodes[1].priority: duplicate priority 150 (also n1)"),
+        ('priority = 140', 'priority = 255', "nodes[1].priority: 255 is out of range 1..254"),
+        # a virtual_router_id out of 1..255
+        ('secret = "change-me"', 'secret = "change-me"\nvirtual_router_id = 256',
+         "cluster.virtual_router_id: 256 is out of range 1..255"),
+        ('secret = "change-me"', 'secret = "change-me"\nvirtual_router_id = 0',
+         "cluster.virtual_router_id: 0 is out of range 1..255"),
+        # a missing or bad interface
+        ('interface = "eth1"\npriority = 140', 'priority = 140', "nodes[1].interface: missing"),
+        ('interface = "eth1"\npriority = 140', 'interface = "a-very-long-ifname0"\npriority = 140',
+         "nodes[1].interface: 'a-very-long-ifname0' is not a valid interface name"),
+        # the rest of the shape
+        ('name = "orders"\n', '', "cluster.name: missing"),
+        ('secret = "change-me"', 'secret = "change-me"\nclient_port = 70000',
+         "cluster.client_port: 70000 is out of range 1..65535"),
+        ('secret = "change-me"', 'secret = "change-me"\ncolour = "red"', "cluster.colour: unknown key"),
+        ('[[directors]]', '[[director]]', "director: unknown table"),
+    ],
+)
+def test_each_problem_is_one_line_naming_the_key(old, new, expected):
+    assert old in BASE
+    message = error_for(BASE.replace(old, new, 1))
+    assert message.startswith(f"c.toml: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ('[keepalived]\nadvert_int = 0.005', "keepalived.advert_int: 0.005 is out of range 0.01..40.95"),
+        ('[keepalived]\nadvert_int = 0.125', "keepalived.advert_int: 0.125 is not a multiple of 0.01 s"),
+        ('[keepalived]\nadvert_int = "fast"', "keepalived.advert_int: must be a number of seconds, not 'fast'"),
+        ('[keepalived]\ncheck = "tcp"', "keepalived.check: 'tcp' is not one of http, command"),
+        ('[keepalived]\ncheck_command = "haqueue node is-leader"',
+         "keepalived.check_command: must start with the absolute path of the program"),
+        ('[keepalived]\ncheck_command = "/bin/chk {host}"',
+         "keepalived.check_command: unknown placeholder {host} (only {node} is replaced)"),
+        ('[keepalived]\ncheck_command = "/bin/chk \'n1\'"',
+         "keepalived.check_command: must not contain quotes, backslashes or newlines"),
+        ('[keepalived]\nscript_user = "Root User"', "keepalived.script_user: 'Root User' is not a valid user name"),
+        ('[keepalived]\nscript_dir = "etc/keepalived"', "keepalived.script_dir: 'etc/keepalived' must be an absolute"),
+        ('[keepalived]\nfast = true', "keepalived.fast: unknown key"),
+        ('[lvs]\nmode = "fullnat"', "lvs.mode: 'fullnat' is not one of dr, tun, nat"),
+        ('[lvs]\nmode = "nat"', "lvs.nat_gateway: missing: NAT mode needs the real servers' gateway address"),
+        ('[lvs]\nnat_gateway = "192.0.2.11"', "lvs.nat_gateway: 192.0.2.11 is already n1's address"),
+        ('[lvs]\nnat_gateway = "10.1.1.1"', "lvs.nat_gateway: 10.1.1.1 is outside the VIP's subnet 192.0.2.0/24"),
+        ('[lvs]\nvirtual_router_id = 300', "lvs.virtual_router_id: 300 is out of range 1..255"),
+        ('[lvs]\nconn_tab_bits = 24', "lvs.conn_tab_bits: 24 is out of range 8..20"),
+        ('[deploy]\nconfig_path = "/etc/my cluster.toml"', "deploy.config_path: '/etc/my cluster.toml' must be"),
+        ('deploy = 3', "deploy: must be a table"),
+    ],
+)
+def test_optional_table_problems_name_the_key(table, expected):
+    message = error_for(BASE + table + "\n" if not table.startswith("deploy =") else table + "\n" + BASE)
+    assert message.startswith(f"c.toml: {expected}")
+
+
+def test_invalid_toml_is_one_line():
+    message = error_for(BASE + "[[nodes]\n")
+    assert message.startswith("c.toml: not valid TOML:")
