@@ -1,11 +1,188 @@
-"""`haqueue serve`: run one node (beanstalkd's flags accepted as aliases)."""
+"""`haqueue serve`: run one node, with beanstalkd's own flags as aliases.
+
+So that a beanstalkd systemd unit or a client library's test harness can swap
+the binary, the short flags mean what they mean to beanstalkd 1.12:
+  -l ADDR   listen address (or unix:/path)      -p PORT  listen port
+  -b DIR    keep the journal and snapshots here -f MS    fsync at most every MS ms (-f0: always)
+  -F        never fsync                         -z BYTES max job size
+  -s BYTES  journal size that triggers a snapshot (beanstalkd: WAL file size;
+            haqueue has one journal, compacted into a snapshot past this size)
+  -c / -n   compact the journal (default) / never compact it
+  -u USER   run as USER                         -V       more logging (repeatable)
+  -v        print the version                   -h       help
+A single node is a one-node Raft cluster: the same code path as three nodes.
+With --config FILE --node ID the node runs as part of the cluster the file
+describes. Like beanstalkd, a listening socket handed over by systemd socket
+activation (LISTEN_FDS/LISTEN_PID) is used instead of -l/-p (single node only).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import pwd
+import socket
+import sys
+
 import click
 
+from haqueue import __version__
+from haqueue.cli.main import HaqueueError
 
-@click.command()
-def serve() -> None:
-    """Run a haqueue node."""
-    raise click.ClickException("serve is not implemented yet")
+SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
+
+
+def _systemd_socket() -> socket.socket | None:
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    try:
+        count = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        raise HaqueueError("LISTEN_FDS is not a number") from None
+    if count < 1:
+        return None
+    if count > 1:
+        raise HaqueueError(f"systemd passed {count} sockets; haqueue uses exactly one")
+    for key in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(key, None)
+    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if sock.type != socket.SOCK_STREAM:
+        raise HaqueueError("the socket passed by systemd is not a stream socket")
+    return sock
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Fail now, with one line, if the client address cannot be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise HaqueueError(f"cannot resolve listen address {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    probe = socket.socket(family, kind, proto)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(addr)
+    except OSError as exc:
+        raise HaqueueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    finally:
+        probe.close()
+
+
+def _drop_privileges(user: str) -> None:
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise HaqueueError(f"-u: no such user {user!r}") from None
+    if os.geteuid() != 0:
+        raise HaqueueError("-u: only root can switch user")
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-l", "--listen", "listen", default="0.0.0.0", show_default=True,
+              help="Client address, or unix:/path for a Unix socket.")
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=11300, show_default=True,
+              help="Client port.")
+@click.option("-b", "--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the journal and snapshots here (without it: memory only).")
+@click.option("-f", "--fsync-ms", type=click.IntRange(0, None), default=50, show_default=True,
+              help="fsync at most every MS ms; 0 = before every acknowledgement.")
+@click.option("-F", "--no-fsync", is_flag=True, help="Never fsync.")
+@click.option("-z", "--max-job-size", type=click.IntRange(0, 2**32 - 1), default=65535,
+              show_default=True, help="Largest job body in bytes.")
+@click.option("-s", "--journal-size", type=click.IntRange(4096, None), default=10485760,
+              show_default=True, help="Journal size in bytes that triggers a snapshot.")
+@click.option("-c", "compact", flag_value=True, default=True, help="Compact the journal (default).")
+@click.option("-n", "compact", flag_value=False, help="Never compact the journal.")
+@click.option("-u", "--user", default=None, help="Run as this user.")
+@click.option("-V", "--verbose", count=True, help="More logging (repeat for more).")
+@click.option("-v", "--version", "show_version", is_flag=True, help="Print the version and exit.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Cluster file (TOML): run as one node of that cluster.")
+@click.option("--node", "node_id", default=None, help="This node's id in the cluster file.")
+def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
+          verbose, show_version, config_path, node_id) -> None:
+    """Run a haqueue node (beanstalkd's flags work as aliases)."""
+    if show_version:
+        click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
+        return
+    from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
+    from haqueue.server.app import Listen, NodeOptions, QueueServer
+
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="haqueue[%(process)d] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
+    if (config_path is None) != (node_id is None):
+        raise click.UsageError("--config and --node go together")
+    if config_path is not None:
+        options = _cluster_options(config_path, node_id, data_dir, policy, max_job_size)
+    else:
+        inherited = _systemd_socket()
+        if inherited is not None:
+            where = Listen(sock=inherited)
+        elif listen.startswith("unix:"):
+            path = listen[len("unix:"):]
+            if not path:
+                raise HaqueueError("-l unix: needs a path, e.g. -l unix:/run/haqueue.sock")
+            where = Listen(unix_path=path)
+        else:
+            _check_bindable(listen, port)
+            where = Listen(host=listen, port=port)
+        options = NodeOptions(
+            listen=where,
+            raft_address="127.0.0.1:0",  # a one-node cluster talks to nobody
+            data_dir=data_dir,
+            policy=policy,
+            max_job_size=max_job_size,
+        )
+    options.journal_limit = journal_size if compact else None
+    options.compaction_entries = 20000 if compact else 2**62
+    if user is not None:
+        _drop_privileges(user)
+    if data_dir is not None:
+        try:
+            os.makedirs(data_dir, exist_ok=True)
+        except OSError as exc:
+            raise HaqueueError(f"-b {data_dir}: {exc.strerror}") from None
+        if not os.access(data_dir, os.W_OK):
+            raise HaqueueError(f"-b {data_dir}: not writable")
+    try:
+        code = asyncio.run(QueueServer(options).run())
+    except _startup_errors() as exc:
+        raise HaqueueError(str(exc)) from None
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _startup_errors():
+    from pysyncobj import SyncObjException
+
+    return (SyncObjException,)
+
+
+def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
+    from haqueue.cluster import ClusterFileError, load_cluster
+    from haqueue.server.app import Listen, NodeOptions
+
+    try:
+        cluster = load_cluster(config_path)
+        me = cluster.node(node_id)
+    except ClusterFileError as exc:
+        raise HaqueueError(str(exc)) from None
+    return NodeOptions(
+        listen=Listen(host=me.address, port=me.client_port),
+        raft_address=me.raft_endpoint,
+        raft_partners=[peer.raft_endpoint for peer in cluster.peers_of(node_id)],
+        data_dir=data_dir or me.data_dir,
+        policy=policy,
+        secret=cluster.secret,
+        max_job_size=max_job_size,
+        admin=(me.address, me.admin_port),
+        name=f"{cluster.name}/{me.id}",
+    )

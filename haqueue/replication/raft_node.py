@@ -139,6 +139,7 @@ class ReplicatedQueue(SyncObj):
         timing: RaftTiming | None = None,
         compaction_entries: int = 20000,
         compaction_seconds: float = 120.0,
+        journal_limit: int | None = None,
         on_role_change=None,
         on_fatal=None,
     ) -> None:
@@ -149,6 +150,7 @@ class ReplicatedQueue(SyncObj):
         self.fatal_error: str | None = None
         self.snapshots_written = 0
         self._snapshot_pid = 0
+        self.journal_limit = journal_limit
         self._stopping = threading.Event()
         self._temp_dir = None
         if data_dir is None:
@@ -214,8 +216,13 @@ class ReplicatedQueue(SyncObj):
         while not self._stopping.is_set():
             try:
                 self.doTick(0.02)
-                if self.journal is not None and not self.policy.durable:
-                    self.journal.sync()
+                journal = self.journal
+                if journal is not None:
+                    if not self.policy.durable:
+                        journal.sync()
+                    if self.journal_limit is not None and journal.end > self.journal_limit:
+                        # beanstalkd's -s: past this size, fold the journal into a snapshot.
+                        self.forceLogCompaction()
             except Exception:
                 log.exception("raft tick failed")
         try:

@@ -1,0 +1,364 @@
+"""QueueServer: one haqueue node — Raft underneath, the beanstalk protocol on top.
+
+Duties, in the order they happen:
+1. Start the Raft node (haqueue/replication) and its tick thread.
+2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
+   held by one of our connections — we have none yet — goes back, design.md
+   I5) and wait until it is applied, which also proves this node has applied
+   everything committed before it. Only then open the client listener (I3).
+3. While leader: sessions submit commands through the group-commit batcher;
+   after each applied entry, wake waiting reserves, flush replies, and arm a
+   timer for the next deadline (delay, time-to-run, pause), which logs a TICK
+   so that expiry is a committed, replicated change.
+4. When leadership is lost: close the listener and drop every client at once;
+   in-flight commands end with their connections (outcome unknown).
+5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
+   DRAINING), as beanstalkd does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+
+from haqueue.core import commands as C
+from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+from haqueue.server.batcher import Batcher, wall_ms
+from haqueue.server.session import Session
+from haqueue.server.stats import ServerCounters, server_stats
+from haqueue.server.tubes import TubeDirectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Listen:
+    """Where clients connect: a TCP address, a Unix socket path, or a socket handed over."""
+
+    host: str = "0.0.0.0"
+    port: int = 11300
+    unix_path: str | None = None
+    sock: socket.socket | None = None
+
+    def describe(self) -> str:
+        if self.sock is not None:
+            return f"inherited socket {self.sock.getsockname()}"
+        if self.unix_path:
+            return f"unix:{self.unix_path}"
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class NodeOptions:
+    listen: Listen
+    raft_address: str
+    raft_partners: list[str] = field(default_factory=list)
+    data_dir: str | None = None
+    policy: FsyncPolicy = FsyncPolicy(50)
+    secret: str | None = None
+    max_job_size: int = 65535
+    timing: RaftTiming | None = None
+    compaction_entries: int = 20000
+    admin: tuple[str, int] | None = None
+    journal_limit: int | None = 10485760
+    name: str = "haqueue"
+
+
+class QueueServer:
+    def __init__(self, options: NodeOptions) -> None:
+        self.options = options
+        self.max_job_size = options.max_job_size
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.node: ReplicatedQueue | None = None
+        self.batcher: Batcher | None = None
+        self.directory = TubeDirectory()
+        self.counters = ServerCounters()
+        self.sessions: set[Session] = set()
+        self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
+        self.dirty: set[Session] = set()
+        self.serving = False
+        self.draining = False
+        self.epoch = 0
+        self.conn_serial = 0
+        self._listener: asyncio.AbstractServer | None = None
+        self._leader_task: asyncio.Task | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_at: int | None = None
+        self._tick_in_flight = False
+        self._stopped = asyncio.Event()
+        self.fatal: str | None = None
+        self.admin_server = None
+
+    # ------------------------------------------------------------ properties
+    @property
+    def state(self):
+        return self.node.state
+
+    @property
+    def state_lock(self):
+        return self.node.state_lock
+
+    # ------------------------------------------------------------- lifecycle
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self.counters.started_ms = wall_ms()
+        loop = self.loop
+        self.node = ReplicatedQueue(
+            self.options.raft_address,
+            self.options.raft_partners,
+            data_dir=self.options.data_dir,
+            policy=self.options.policy,
+            secret=self.options.secret,
+            timing=self.options.timing,
+            compaction_entries=self.options.compaction_entries,
+            journal_limit=self.options.journal_limit,
+            on_role_change=lambda role: loop.call_soon_threadsafe(self._role_changed, role),
+            on_fatal=lambda msg: loop.call_soon_threadsafe(self._die, msg),
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        if self.options.admin is not None:
+            from haqueue.server.admin import AdminServer
+
+            self.admin_server = AdminServer(self, *self.options.admin)
+            await self.admin_server.start()
+        self.node.start()
+        try:
+            await self._stopped.wait()
+        finally:
+            await self._shutdown()
+        return 1 if self.fatal else 0
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    def _die(self, message: str) -> None:
+        self.fatal = message
+        self._stopped.set()
+
+    def _enter_drain_mode(self) -> None:
+        log.info("drain mode: new puts are refused with DRAINING")
+        self.draining = True
+
+    async def _shutdown(self) -> None:
+        self._step_down(graceful=True)
+        if self.admin_server is not None:
+            await self.admin_server.stop()
+        # Joining the tick thread blocks; it is short (one tick).
+        await self.loop.run_in_executor(None, self.node.stop)
+
+    # ------------------------------------------------------------ leadership
+    def _role_changed(self, role: str) -> None:
+        log.info("raft role: %s (term %s)", role, self.node.raftCurrentTerm)
+        if role == "leader":
+            if self._leader_task is None or self._leader_task.done():
+                self._leader_task = self.loop.create_task(self._become_leader())
+        else:
+            self._step_down()
+
+    async def _become_leader(self) -> None:
+        term = self.node.raftCurrentTerm
+        self.epoch = term
+        self.conn_serial = 0
+        self.batcher = Batcher(self.node, self.loop, self._after_entry)
+        barrier = self.loop.create_future()
+        self.batcher.submit((C.RELEASE_ORPHANS, (), term), barrier.set_result)
+        result = await barrier
+        if result is None or not self.node._isLeader() or self.node.raftCurrentTerm != term:
+            log.warning("lost leadership before serving (term %d)", term)
+            return
+        with self.state_lock:
+            self.directory = TubeDirectory(self.state.tubes)
+        try:
+            await self._open_listener()
+        except OSError as exc:
+            self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
+            return
+        self.serving = True
+        log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
+        self._after_entry()
+
+    async def _open_listener(self) -> None:
+        listen = self.options.listen
+        factory = self._new_session
+        if listen.sock is not None:
+            self._listener = await self.loop.create_server(factory, sock=listen.sock)
+        elif listen.unix_path:
+            if os.path.exists(listen.unix_path):
+                os.unlink(listen.unix_path)
+            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path)
+        else:
+            self._listener = await self.loop.create_server(
+                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024
+            )
+
+    def _new_session(self) -> Session:
+        self.conn_serial += 1
+        return Session(self, (self.epoch << 32) | self.conn_serial)
+
+    def _step_down(self, graceful: bool = False) -> None:
+        was_serving = self.serving
+        self.serving = False
+        if self._leader_task is not None and not self._leader_task.done():
+            self._leader_task.cancel()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
+            self._tick_at = None
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            listener.close()
+            if self.options.listen.sock is not None:
+                # An inherited socket is the service manager's: keep it open.
+                pass
+        for session in list(self.sessions):
+            if graceful:
+                session.flush()
+                if session.transport is not None:
+                    session.transport.close()
+            else:
+                session.abort()
+        if self.batcher is not None:
+            self.batcher.closed = True
+            self.batcher.fail_pending()
+        self.waiters.clear()
+        if was_serving:
+            log.info("stopped serving clients")
+
+    # ------------------------------------------------------------- sessions
+    def session_closed(self, session: Session) -> None:
+        self.sessions.discard(session)
+        self.waiters.pop(session, None)
+        self.dirty.discard(session)
+        directory = self.directory
+        directory.count_use(session.use, -1)
+        self.unref_tube(session.use)
+        for name in list(session.watch):
+            directory.count_watch(name, -1)
+            self.unref_tube(name)
+        if not self.serving:
+            return
+        with self.state_lock:
+            holds = bool(self.state.reservations_of(session.conn_id))
+        if holds or session.in_flight or session.reserve_in_flight:
+            # Log order follows submit order, so this lands after anything
+            # the connection still had in flight.
+            self.batcher.submit((C.DROP_CONN, session.conn_id), _ignore)
+
+    def unref_tube(self, name: str) -> None:
+        with self.state_lock:
+            forget = self.directory.unref(name, self.state)
+        if forget and self.serving:
+            self.batcher.submit((C.FORGET_TUBE, name), _ignore)
+
+    def start_waiting(self, session: Session) -> None:
+        self.waiters[session] = None
+
+    def stop_waiting(self, session: Session) -> None:
+        self.waiters.pop(session, None)
+
+    def waiting_on(self, tube: str) -> int:
+        return sum(1 for s in self.waiters if tube in s.watch)
+
+    # ---------------------------------------------------------- after entry
+    def _after_entry(self) -> None:
+        """Runs after each applied entry's continuations: wake, flush, arm the timer."""
+        if not self.serving:
+            return
+        state = self.state
+        with self.state_lock:
+            ready_changed = state.ready_changed
+            state.ready_changed = False
+            emptied = state.emptied_tubes
+            state.emptied_tubes = set()
+            next_deadline = state.next_deadline()
+            if emptied:
+                forget = [name for name in emptied if self.directory.maybe_free(name, state)]
+            else:
+                forget = ()
+        for name in forget:
+            self.batcher.submit((C.FORGET_TUBE, name), _ignore)
+        if ready_changed and self.waiters:
+            self._wake_waiters()
+        dirty, self.dirty = self.dirty, set()
+        for session in dirty:
+            session.flush()
+        self._arm_tick(next_deadline)
+
+    def _wake_waiters(self) -> None:
+        # Hand each ready job to at most one waiter: count what is claimed.
+        now = wall_ms()
+        claimed: dict[str, int] = {}
+        with self.state_lock:
+            tubes = self.state.tubes
+            candidates = []
+            for session in list(self.waiters):
+                for name in session.watch:
+                    tube = tubes.get(name)
+                    if tube is None or tube.paused(now):
+                        continue
+                    if tube.ready_count > claimed.get(name, 0):
+                        claimed[name] = claimed.get(name, 0) + 1
+                        candidates.append(session)
+                        break
+        for session in candidates:
+            session.try_reserve()
+            self.dirty.add(session)
+
+    def _arm_tick(self, deadline: int | None) -> None:
+        if deadline is None or self._tick_in_flight:
+            return
+        if self._tick_at is not None and self._tick_at <= deadline:
+            return
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self._tick_at = deadline
+        delay = max(0.0, (deadline - wall_ms()) / 1000)
+        self._tick_handle = self.loop.call_later(delay, self._fire_tick)
+
+    def _fire_tick(self) -> None:
+        self._tick_handle = None
+        self._tick_at = None
+        if not self.serving:
+            return
+        if wall_ms() < (self.state.next_deadline() or 0):
+            # The clock ran slow relative to the timer: try again.
+            self._after_entry()
+            return
+        self._tick_in_flight = True
+        self.batcher.submit((C.TICK,), self._tick_done)
+
+    def _tick_done(self, result) -> None:
+        self._tick_in_flight = False
+
+    # ----------------------------------------------------------------- stats
+    def stats_body(self) -> bytes:
+        with self.state_lock:
+            raft = self.node.status()
+            return server_stats(
+                self.state, self.directory, self.counters, self.sessions, len(self.waiters),
+                wall_ms(), self.max_job_size, self.draining,
+                journal=self.node.journal, raft=raft,
+            )
+
+    def status(self) -> dict:
+        """For the admin endpoint and `cluster status`."""
+        raft = self.node.status() if self.node is not None else {}
+        return {
+            "name": self.options.name,
+            "serving": self.serving,
+            "client_port_open": self._listener is not None,
+            "draining": self.draining,
+            "connections": len(self.sessions),
+            **raft,
+        }
+
+
+def _ignore(result) -> None:
+    pass

@@ -1,0 +1,442 @@
+"""One client connection: its protocol state, its pipeline, its waiting reserve.
+
+Theory of operation. Bytes go into the sans-I/O parser; commands come out
+into `queue` and are processed strictly in order. Replies go into `slots`, one
+per command, and leave in order: a state-changing command takes a slot and is
+submitted to the group-commit batcher at once, so a client pipelining a
+window of puts has them all in flight; its slot fills when the entry is
+committed and applied (design.md I1). A command that reads replicated state
+waits until this connection's earlier writes are answered, so it sees them.
+A reserve holds the pipeline until it is answered, as in beanstalkd.
+
+use, watch and ignore change only this connection (not logged). Tube
+references are counted in the server's TubeDirectory.
+
+If an entry's outcome is unknown (leadership lost), the connection is closed
+without a reply: a reply must never claim success or failure for a change
+that may or may not be applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from functools import partial
+
+from haqueue.core import commands as C
+from haqueue.protocol import beanstalk as P
+from haqueue.server.batcher import wall_ms
+from haqueue.server.ordered_set import SwapRemoveList
+from haqueue.server.replies import reply_for
+from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
+from haqueue.server.tubes import DEFAULT_TUBE
+
+log = logging.getLogger(__name__)
+
+# beanstalkd's SAFETY_MARGIN: a reserve answers DEADLINE_SOON when one of the
+# connection's jobs has less than this left of its time-to-run.
+SAFETY_MARGIN_MS = 1000
+# Stop reading from a client that has this many unanswered commands queued:
+# bounded memory per connection, and fairness between connections.
+MAX_QUEUED_COMMANDS = 4096
+
+_WRITE, _READ, _LOCAL, _RESERVE, _QUIT = range(5)
+_KIND = {
+    "put": _WRITE, "delete": _WRITE, "release": _WRITE, "bury": _WRITE, "touch": _WRITE,
+    "kick": _WRITE, "kick-job": _WRITE, "pause-tube": _WRITE, "reserve-job": _WRITE,
+    "peek": _READ, "peek-ready": _READ, "peek-delayed": _READ, "peek-buried": _READ,
+    "stats-job": _READ, "stats-tube": _READ, "stats": _READ, "list-tubes": _READ,
+    "use": _LOCAL, "watch": _LOCAL, "ignore": _LOCAL, "list-tube-used": _LOCAL,
+    "list-tubes-watched": _LOCAL,
+    "reserve": _RESERVE, "reserve-with-timeout": _RESERVE,
+    "quit": _QUIT,
+}
+
+
+class Session(asyncio.Protocol):
+    def __init__(self, server, conn_id: int) -> None:
+        self.server = server
+        self.conn_id = conn_id
+        self.parser = P.BeanstalkParser(server.max_job_size)
+        self.transport: asyncio.Transport | None = None
+        self.use = DEFAULT_TUBE
+        self.watch = SwapRemoveList([DEFAULT_TUBE])
+        self.queue: deque = deque()
+        self.slots: deque = deque()
+        self.in_flight = 0
+        self.blocked_on_writes = False
+        self.reserving = False
+        self.reserve_in_flight = False
+        self.reserve_deadline: float | None = None  # loop time
+        self.reserve_timed_out = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.quitting = False
+        self.paused_reading = False
+        self.is_producer = False
+        self.is_worker = False
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        server = self.server
+        server.sessions.add(self)
+        server.counters.total_connections += 1
+        directory = server.directory
+        directory.ref(DEFAULT_TUBE)
+        directory.count_use(DEFAULT_TUBE, 1)
+        directory.ref(DEFAULT_TUBE)
+        directory.count_watch(DEFAULT_TUBE, 1)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self.parser
+        parser.receive_data(data)
+        queue = self.queue
+        need = P.NEED_DATA
+        eof = P.EOF
+        while True:
+            event = parser.next_event()
+            if event is need or event is eof:
+                break
+            queue.append(event)
+        self.pump()
+        if len(queue) > MAX_QUEUED_COMMANDS and not self.paused_reading and not self.closed:
+            self.paused_reading = True
+            self.transport.pause_reading()
+        self.flush()
+
+    def eof_received(self):
+        return False  # close our side too, as beanstalkd does on read() == 0
+
+    def connection_lost(self, exc) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._cancel_timer()
+        self.server.session_closed(self)
+
+    def abort(self) -> None:
+        """Drop the connection without replying (outcome unknown / not leader)."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    # --------------------------------------------------------------- output
+    def flush(self) -> None:
+        slots = self.slots
+        if not slots or slots[0][0] is None or self.closed:
+            return
+        out = []
+        while slots and slots[0][0] is not None:
+            out.append(slots.popleft()[0])
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if self.quitting and not slots:
+            self.transport.close()
+
+    def _reply(self, data: bytes) -> None:
+        self.slots.append([data])
+
+    # ------------------------------------------------------------- pipeline
+    def pump(self) -> None:
+        queue = self.queue
+        counters = self.server.counters.commands
+        while queue and not self.reserving and not self.blocked_on_writes and not self.quitting:
+            event = queue[0]
+            if type(event) is P.ProtocolError:
+                queue.popleft()
+                self._reply(event.reply)
+                if event.close:
+                    self.quitting = True
+                continue
+            name = event.name
+            kind = _KIND[name]
+            if kind is _READ or kind is _RESERVE:
+                if self.in_flight:
+                    self.blocked_on_writes = True
+                    break
+            queue.popleft()
+            if name in counters:
+                counters[name] += 1
+            if not self.server.serving:
+                self.abort()
+                return
+            _HANDLERS[name](self, event.args)
+        if self.paused_reading and len(queue) < MAX_QUEUED_COMMANDS // 2 and not self.closed:
+            self.paused_reading = False
+            self.transport.resume_reading()
+        if self.quitting and not self.slots and not self.closed:
+            self.transport.close()
+
+    def _submit(self, command: tuple) -> None:
+        slot = [None]
+        self.slots.append(slot)
+        self.in_flight += 1
+        self.server.batcher.submit(command, partial(self._write_done, slot))
+
+    def _write_done(self, slot: list, result) -> None:
+        self.in_flight -= 1
+        if self.closed:
+            return
+        if result is None:
+            self.abort()
+            return
+        slot[0] = reply_for(result)
+        self.server.dirty.add(self)
+        if self.in_flight == 0 and self.blocked_on_writes:
+            self.blocked_on_writes = False
+            self.pump()
+
+    # ------------------------------------------------------------ commands
+    def _put(self, args) -> None:
+        pri, delay, ttr, body = args
+        self.is_producer = True
+        if self.server.draining:
+            self._reply(P.DRAINING)
+            return
+        self._submit((C.PUT, self.use, pri, delay * 1000, ttr * 1000, body))
+
+    def _delete(self, args) -> None:
+        self._submit((C.DELETE, self.conn_id, args[0]))
+
+    def _release(self, args) -> None:
+        job_id, pri, delay = args
+        self._submit((C.RELEASE, self.conn_id, job_id, pri, delay * 1000))
+
+    def _bury(self, args) -> None:
+        self._submit((C.BURY, self.conn_id, args[0], args[1]))
+
+    def _touch(self, args) -> None:
+        self._submit((C.TOUCH, self.conn_id, args[0]))
+
+    def _kick(self, args) -> None:
+        self._submit((C.KICK, self.use, args[0]))
+
+    def _kick_job(self, args) -> None:
+        self._submit((C.KICK_JOB, args[0]))
+
+    def _pause_tube(self, args) -> None:
+        name, delay = args
+        server = self.server
+        with server.state_lock:
+            exists = server.directory.exists(name, server.state)
+        if not exists:
+            self._reply(P.NOT_FOUND)
+            return
+        self._submit((C.PAUSE_TUBE, name, delay * 1000))
+
+    def _reserve_job(self, args) -> None:
+        self.is_worker = True
+        self._submit((C.RESERVE_JOB, self.conn_id, args[0]))
+
+    # reads ----------------------------------------------------------------
+    def _peek_reply(self, job) -> None:
+        self._reply(P.found(job.id, job.body) if job is not None else P.NOT_FOUND)
+
+    def _peek(self, args) -> None:
+        server = self.server
+        with server.state_lock:
+            self._peek_reply(server.state.jobs.get(args[0]))
+
+    def _peek_in_used(self, which: str) -> None:
+        server = self.server
+        with server.state_lock:
+            tube = server.state.tubes.get(self.use)
+            job = getattr(tube, which)() if tube is not None else None
+            self._peek_reply(job)
+
+    def _peek_ready(self, args) -> None:
+        self._peek_in_used("peek_ready")
+
+    def _peek_delayed(self, args) -> None:
+        self._peek_in_used("peek_delayed")
+
+    def _peek_buried(self, args) -> None:
+        self._peek_in_used("peek_buried")
+
+    def _stats_job(self, args) -> None:
+        server = self.server
+        with server.state_lock:
+            job = server.state.jobs.get(args[0])
+            if job is None:
+                self._reply(P.NOT_FOUND)
+                return
+            self._reply(P.ok(job_stats(job, server.state, wall_ms())))
+
+    def _stats_tube(self, args) -> None:
+        name = args[0]
+        server = self.server
+        with server.state_lock:
+            if not server.directory.exists(name, server.state):
+                self._reply(P.NOT_FOUND)
+                return
+            body = tube_stats(name, server.state, server.directory, server.waiting_on(name), wall_ms())
+        self._reply(P.ok(body))
+
+    def _stats(self, args) -> None:
+        self._reply(P.ok(self.server.stats_body()))
+
+    def _list_tubes(self, args) -> None:
+        server = self.server
+        with server.state_lock:
+            names = server.directory.names()
+        self._reply(P.ok(P.yaml_list(names)))
+
+    # session-local ----------------------------------------------------------
+    def _use(self, args) -> None:
+        name = args[0]
+        directory = self.server.directory
+        if name != self.use:
+            directory.ref(name)
+            directory.count_use(name, 1)
+            old, self.use = self.use, name
+            directory.count_use(old, -1)
+            self.server.unref_tube(old)
+        self._reply(P.using(name))
+
+    def _watch(self, args) -> None:
+        name = args[0]
+        if self.watch.append(name):
+            directory = self.server.directory
+            directory.ref(name)
+            directory.count_watch(name, 1)
+        self._reply(P.watching(len(self.watch)))
+
+    def _ignore(self, args) -> None:
+        name = args[0]
+        if name in self.watch:
+            if len(self.watch) == 1:
+                self._reply(P.NOT_IGNORED)
+                return
+            self.watch.remove(name)
+            self.server.directory.count_watch(name, -1)
+            self.server.unref_tube(name)
+        self._reply(P.watching(len(self.watch)))
+
+    def _list_tube_used(self, args) -> None:
+        self._reply(P.using(self.use))
+
+    def _list_tubes_watched(self, args) -> None:
+        self._reply(P.ok(P.yaml_list(self.watch.items)))
+
+    def _quit(self, args) -> None:
+        self.quitting = True
+
+    # reserve ----------------------------------------------------------------
+    def _reserve(self, args) -> None:
+        self._start_reserve(None)
+
+    def _reserve_with_timeout(self, args) -> None:
+        timeout = args[0]
+        self._start_reserve(None if timeout < 0 else timeout)
+
+    def _start_reserve(self, timeout: int | None) -> None:
+        self.is_worker = True
+        self.reserving = True
+        self.reserve_timed_out = False
+        loop = self.server.loop
+        self.reserve_deadline = None if timeout is None else loop.time() + timeout
+        self.try_reserve()
+
+    def try_reserve(self) -> bool:
+        """Submit a reserve if a job may be ready; else wait. True if one was submitted."""
+        if self.reserve_in_flight or not self.reserving or self.closed:
+            return False
+        server = self.server
+        now = wall_ms()
+        with server.state_lock:
+            state = server.state
+            ready = state.has_ready(self.watch, now)
+            soonest = state.soonest_reservation_deadline(self.conn_id)
+        if not ready and soonest is not None and soonest - now <= SAFETY_MARGIN_MS:
+            self._finish_reserve(P.DEADLINE_SOON)
+            return False
+        if ready:
+            self.reserve_in_flight = True
+            server.stop_waiting(self)
+            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            return True
+        if self.reserve_timed_out or (
+            self.reserve_deadline is not None and self.reserve_deadline <= server.loop.time()
+        ):
+            self._finish_reserve(P.TIMED_OUT)
+            return False
+        server.start_waiting(self)
+        self._arm_timer(soonest, now)
+        return False
+
+    def _arm_timer(self, soonest: int | None, now: int) -> None:
+        self._cancel_timer()
+        loop = self.server.loop
+        wake = self.reserve_deadline
+        if soonest is not None:
+            soon_at = loop.time() + max(0, soonest - SAFETY_MARGIN_MS - now) / 1000
+            wake = soon_at if wake is None else min(wake, soon_at)
+        if wake is not None:
+            self.timer = loop.call_at(wake, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self.timer = None
+        if not self.reserving or self.closed:
+            return
+        if self.reserve_deadline is not None and self.reserve_deadline <= self.server.loop.time():
+            self.reserve_timed_out = True
+        if not self.reserve_in_flight:
+            self.try_reserve()
+            self.flush()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _reserve_done(self, result) -> None:
+        self.reserve_in_flight = False
+        if self.closed:
+            return
+        if result is None:
+            self.abort()
+            return
+        if result[0] == "RESERVED":
+            self._finish_reserve(reply_for(result))
+        else:  # someone else took it first: wait on
+            self.try_reserve()
+        self.server.dirty.add(self)
+
+    def _finish_reserve(self, reply: bytes) -> None:
+        self._cancel_timer()
+        self.server.stop_waiting(self)
+        self.reserving = False
+        self._reply(reply)
+        self.server.dirty.add(self)
+        self.pump()
+
+
+_HANDLERS = {
+    "put": Session._put,
+    "delete": Session._delete,
+    "release": Session._release,
+    "bury": Session._bury,
+    "touch": Session._touch,
+    "kick": Session._kick,
+    "kick-job": Session._kick_job,
+    "pause-tube": Session._pause_tube,
+    "reserve-job": Session._reserve_job,
+    "peek": Session._peek,
+    "peek-ready": Session._peek_ready,
+    "peek-delayed": Session._peek_delayed,
+    "peek-buried": Session._peek_buried,
+    "stats-job": Session._stats_job,
+    "stats-tube": Session._stats_tube,
+    "stats": Session._stats,
+    "list-tubes": Session._list_tubes,
+    "use": Session._use,
+    "watch": Session._watch,
+    "ignore": Session._ignore,
+    "list-tube-used": Session._list_tube_used,
+    "list-tubes-watched": Session._list_tubes_watched,
+    "reserve": Session._reserve,
+    "reserve-with-timeout": Session._reserve_with_timeout,
+    "quit": Session._quit,
+}
+assert set(_HANDLERS) == set(_KIND)
+assert set(COUNTED_COMMANDS) <= set(_KIND)
