@@ -1,0 +1,1 @@
+"""Tests of the queue core (haqueue/core): pure, no network."""

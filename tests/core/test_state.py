@@ -1,0 +1,642 @@
+"""QueueState, one command at a time: each rule of beanstalkd 1.12 the core owns.
+
+Stamps are integer milliseconds. Where beanstalkd's behaviour was not obvious
+from protocol.txt it was checked against the real /usr/bin/beanstalkd 1.12.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from haqueue.core.job import MIN_TTR_MS
+from haqueue.core.state import NO_JOB, NOT_FOUND, QueueState
+
+from .helpers import (
+    BODY,
+    TICK,
+    TTR,
+    bury,
+    delete,
+    drop_conn,
+    forget,
+    job_state,
+    kick,
+    kick_job,
+    one,
+    pause,
+    put,
+    release,
+    release_orphans,
+    reserve,
+    reserve_job,
+    run,
+    touch,
+)
+
+T0 = 1_000_000  # an arbitrary starting stamp
+
+
+@pytest.fixture
+def state() -> QueueState:
+    return QueueState()
+
+
+def counts(state, **expected):
+    """The global counts, with every unspecified count expected to be 0."""
+    want = {"urgent": 0, "ready": 0, "reserved": 0, "delayed": 0, "buried": 0}
+    want.update(expected)
+    return state.counts() == want
+
+
+# put -----------------------------------------------------------------------
+def test_put_inserts_a_ready_job_with_increasing_ids(state):
+    assert run(state, T0, put(), put()) == [("INSERTED", 1), ("INSERTED", 2)]
+    assert job_state(state, 1) == "ready"
+    assert state.tube("default").ready_count == 2
+    assert counts(state, ready=2, urgent=2)
+
+
+def test_put_records_its_arguments_and_stamp(state):
+    one(state, T0, put("t", pri=7, delay=0, ttr=5000, body=b"abc"))
+    job = state.jobs[1]
+    assert (job.tube.name, job.pri, job.delay, job.ttr, job.body, job.created) == ("t", 7, 0, 5000, b"abc", T0)
+
+
+def test_put_with_delay_stays_delayed_until_stamp_plus_delay(state):
+    one(state, T0, put(delay=3000))
+    assert job_state(state, 1) == "delayed"
+    assert state.job_time_left(state.jobs[1], T0) == 3000
+    run(state, T0 + 2999)
+    assert job_state(state, 1) == "delayed"
+    assert one(state, T0 + 2999, reserve(1)) == NO_JOB
+    state.ready_changed = False
+    run(state, T0 + 3000)
+    assert job_state(state, 1) == "ready"
+    assert state.ready_changed
+    assert one(state, T0 + 3000, reserve(1)) == ("RESERVED", 1, BODY)
+
+
+@pytest.mark.parametrize("ttr, effective", [(0, 1000), (1, 1000), (999, 1000), (1000, 1000), (1001, 1001)])
+def test_put_raises_ttr_below_one_second_to_one_second(state, ttr, effective):
+    one(state, T0, put(ttr=ttr))
+    assert state.jobs[1].ttr == effective == max(ttr, MIN_TTR_MS)
+
+
+def test_put_counts_total_jobs_globally_and_per_tube(state):
+    run(state, T0, put("a"), put("a"), put("b"))
+    run(state, T0, reserve(1, "a"), delete(1, 1))
+    assert state.total_jobs == 3
+    assert state.tube("a").total_jobs == 2
+    assert state.tube("b").total_jobs == 1
+
+
+# reserve -------------------------------------------------------------------
+def test_reserve_picks_lowest_priority_then_lowest_id_across_watched_tubes(state):
+    run(state, T0, put("a", pri=5), put("b", pri=3), put("c", pri=3), put("a", pri=1))
+    # job 4 (pri 1) is in "a"; among pri 3, job 2 ("b") has the lower id.
+    assert one(state, T0, reserve(1, "b", "c", "a")) == ("RESERVED", 4, BODY)
+    assert one(state, T0, reserve(1, "c", "b", "a")) == ("RESERVED", 2, BODY)
+    assert one(state, T0, reserve(1, "a", "c")) == ("RESERVED", 3, BODY)
+    assert one(state, T0, reserve(1, "a", "b", "c")) == ("RESERVED", 1, BODY)
+    assert one(state, T0, reserve(1, "a", "b", "c")) == NO_JOB
+
+
+def test_reserve_only_looks_at_the_watched_tubes(state):
+    run(state, T0, put("other", pri=0), put("mine", pri=9))
+    assert one(state, T0, reserve(1, "mine")) == ("RESERVED", 2, BODY)
+    assert one(state, T0, reserve(1, "mine")) == NO_JOB
+
+
+def test_reserve_of_a_tube_that_does_not_exist_finds_nothing_and_creates_nothing(state):
+    assert one(state, T0, reserve(1, "ghost")) == NO_JOB
+    assert "ghost" not in state.tubes
+
+
+def test_reserve_skips_paused_tubes(state):
+    run(state, T0, put("slow", pri=0), put("fast", pri=9), pause("slow", 10_000))
+    assert one(state, T0, reserve(1, "slow", "fast")) == ("RESERVED", 2, BODY)
+    assert one(state, T0, reserve(1, "slow", "fast")) == NO_JOB
+    assert not state.has_ready(["slow"], T0)
+
+
+def test_reserve_sets_deadline_and_counts_reserves(state):
+    run(state, T0, put(ttr=5000), reserve(7))
+    job = state.jobs[1]
+    assert job_state(state, 1) == "reserved"
+    assert job.reserver == 7
+    assert job.reserves == 1
+    assert job.deadline == T0 + 5000
+    assert state.job_time_left(job, T0 + 1000) == 4000
+    assert state.reservations_of(7) == {1: job}
+    assert state.soonest_reservation_deadline(7) == T0 + 5000
+    assert state.reserved_count == 1 == state.tube("default").reserved_count
+    assert counts(state, reserved=1)
+
+
+def test_reserve_ignores_delayed_and_buried_jobs(state):
+    run(state, T0, put(delay=1000), put(), reserve(1), bury(1, 2))
+    assert one(state, T0, reserve(2)) == NO_JOB
+
+
+# reserve-job ---------------------------------------------------------------
+@pytest.mark.parametrize("setup", ["ready", "delayed", "buried"])
+def test_reserve_job_takes_a_ready_delayed_or_buried_job(state, setup):
+    if setup == "ready":
+        run(state, T0, put())
+    elif setup == "delayed":
+        run(state, T0, put(delay=50_000))
+    else:
+        run(state, T0, put(), reserve(1), bury(1, 1))
+    assert job_state(state, 1) == setup
+    assert one(state, T0 + 10, reserve_job(2, 1)) == ("RESERVED", 1, BODY)
+    assert job_state(state, 1) == "reserved"
+    assert state.jobs[1].reserver == 2
+    assert state.jobs[1].deadline == T0 + 10 + TTR
+    assert counts(state, reserved=1)
+    assert state.tube("default").job_count == 1
+
+
+def test_reserve_job_of_a_reserved_job_is_not_found_even_for_its_reserver(state):
+    run(state, T0, put(), reserve(1))
+    assert one(state, T0, reserve_job(2, 1)) == NOT_FOUND
+    assert one(state, T0, reserve_job(1, 1)) == NOT_FOUND
+    assert state.jobs[1].reserver == 1
+    assert state.jobs[1].reserves == 1
+
+
+def test_reserve_job_of_an_unknown_id_is_not_found(state):
+    assert one(state, T0, reserve_job(1, 42)) == NOT_FOUND
+
+
+def test_reserve_job_ignores_a_paused_tube(state):
+    run(state, T0, put(), pause("default", 60_000))
+    assert one(state, T0, reserve_job(1, 1)) == ("RESERVED", 1, BODY)
+
+
+def test_delayed_job_taken_by_reserve_job_does_not_become_ready_at_its_old_deadline(state):
+    run(state, T0, put(delay=1000, ttr=5000), reserve_job(1, 1))
+    run(state, T0 + 1000)
+    assert job_state(state, 1) == "reserved"
+    assert counts(state, reserved=1)
+
+
+# delete --------------------------------------------------------------------
+def test_delete_by_the_reserver_removes_the_job(state):
+    run(state, T0, put(), reserve(1))
+    assert one(state, T0, delete(1, 1)) == ("DELETED",)
+    assert 1 not in state.jobs
+    assert state.reservations_of(1) == {}
+    assert counts(state)
+    assert state.tube("default").cmd_delete == 1
+
+
+def test_delete_of_a_job_reserved_by_another_connection_is_not_found(state):
+    run(state, T0, put(), reserve(1))
+    assert one(state, T0, delete(2, 1)) == NOT_FOUND
+    assert job_state(state, 1) == "reserved"
+    assert state.tube("default").cmd_delete == 0
+
+
+@pytest.mark.parametrize("setup", ["ready", "delayed", "buried"])
+def test_delete_of_an_unreserved_job_works_from_any_connection(state, setup):
+    if setup == "ready":
+        run(state, T0, put())
+    elif setup == "delayed":
+        run(state, T0, put(delay=1000))
+    else:
+        run(state, T0, put(), reserve(1), bury(1, 1))
+    assert one(state, T0, delete(99, 1)) == ("DELETED",)
+    assert counts(state)
+    assert state.tube("default").job_count == 0
+
+
+def test_delete_twice_is_not_found_the_second_time(state):
+    run(state, T0, put())
+    assert run(state, T0, delete(1, 1), delete(1, 1)) == [("DELETED",), NOT_FOUND]
+    assert state.tube("default").cmd_delete == 1
+
+
+def test_deleted_delayed_job_never_comes_back(state):
+    run(state, T0, put(delay=1000), delete(1, 1))
+    run(state, T0 + 5000)
+    assert counts(state)
+    assert state.next_deadline() is None
+
+
+# release -------------------------------------------------------------------
+def test_release_without_delay_makes_the_job_ready_with_its_new_priority(state):
+    run(state, T0, put(pri=500), reserve(1))
+    state.ready_changed = False
+    assert one(state, T0, release(1, 1, pri=2000, delay=0)) == ("RELEASED",)
+    job = state.jobs[1]
+    assert (job_state(state, 1), job.pri, job.delay, job.releases) == ("ready", 2000, 0, 1)
+    assert job.reserver is None
+    assert state.reservations_of(1) == {}
+    assert state.ready_changed
+    assert counts(state, ready=1, urgent=0)
+
+
+def test_release_with_delay_moves_the_job_to_delayed(state):
+    run(state, T0, put(), reserve(1))
+    assert one(state, T0 + 100, release(1, 1, pri=3, delay=2000)) == ("RELEASED",)
+    job = state.jobs[1]
+    assert (job_state(state, 1), job.pri, job.delay, job.releases) == ("delayed", 3, 2000, 1)
+    assert state.job_time_left(job, T0 + 100) == 2000
+    run(state, T0 + 2099)
+    assert job_state(state, 1) == "delayed"
+    run(state, T0 + 2100)
+    assert job_state(state, 1) == "ready"
+
+
+def test_release_by_another_connection_or_of_an_unreserved_job_is_not_found(state):
+    run(state, T0, put(), put(), reserve(1))
+    assert one(state, T0, release(2, 1)) == NOT_FOUND
+    assert one(state, T0, release(1, 2)) == NOT_FOUND
+    assert one(state, T0, release(1, 3)) == NOT_FOUND
+    assert state.jobs[1].releases == 0
+
+
+# bury ----------------------------------------------------------------------
+def test_bury_updates_priority_and_counts_buries(state):
+    run(state, T0, put(pri=1), reserve(1))
+    assert one(state, T0, bury(1, 1, pri=77)) == ("BURIED",)
+    job = state.jobs[1]
+    assert (job_state(state, 1), job.pri, job.buries) == ("buried", 77, 1)
+    assert state.reservations_of(1) == {}
+    assert counts(state, buried=1)
+    assert state.tube("default").peek_buried() is job
+
+
+def test_buried_jobs_are_peeked_and_kicked_first_in_first_out(state):
+    run(state, T0, put(), put(), put(), reserve(1), reserve(1), reserve(1))
+    run(state, T0, bury(1, 3), bury(1, 1), bury(1, 2))
+    tube = state.tube("default")
+    assert tube.peek_buried().id == 3
+    assert one(state, T0, kick(1)) == ("KICKED", 1)
+    assert job_state(state, 3) == "ready"
+    assert tube.peek_buried().id == 1
+    assert one(state, T0, kick(5)) == ("KICKED", 2)
+    assert counts(state, ready=3, urgent=3)
+
+
+def test_bury_by_another_connection_is_not_found(state):
+    run(state, T0, put(), reserve(1))
+    assert one(state, T0, bury(2, 1)) == NOT_FOUND
+    assert job_state(state, 1) == "reserved"
+
+
+# touch ---------------------------------------------------------------------
+def test_touch_restarts_the_time_to_run_from_now(state):
+    run(state, T0, put(ttr=1000), reserve(1))
+    assert one(state, T0 + 900, touch(1, 1)) == ("TOUCHED",)
+    assert state.jobs[1].deadline == T0 + 1900
+    run(state, T0 + 1899)
+    assert job_state(state, 1) == "reserved"
+    run(state, T0 + 1900)
+    assert job_state(state, 1) == "ready"
+    assert state.jobs[1].timeouts == 1
+
+
+def test_touch_by_another_connection_or_of_an_unreserved_job_is_not_found(state):
+    run(state, T0, put(), put(), reserve(1))
+    assert one(state, T0, touch(2, 1)) == NOT_FOUND
+    assert one(state, T0, touch(1, 2)) == NOT_FOUND
+    assert state.jobs[1].deadline == T0 + TTR
+
+
+# kick ----------------------------------------------------------------------
+def test_kick_takes_buried_jobs_and_leaves_delayed_ones_while_any_is_buried(state):
+    run(state, T0, put(delay=5000), put(), reserve(1), bury(1, 2))
+    assert one(state, T0, kick(10)) == ("KICKED", 1)
+    assert job_state(state, 2) == "ready"
+    assert job_state(state, 1) == "delayed"
+    assert one(state, T0, kick(10)) == ("KICKED", 1)
+    assert job_state(state, 1) == "ready"
+
+
+def test_kick_respects_the_bound(state):
+    run(state, T0, *[put(delay=1000) for _ in range(5)])
+    assert one(state, T0, kick(3)) == ("KICKED", 3)
+    assert counts(state, ready=3, urgent=3, delayed=2)
+    assert one(state, T0, kick(0)) == ("KICKED", 0)
+    assert one(state, T0, kick(10)) == ("KICKED", 2)
+    assert one(state, T0, kick(10)) == ("KICKED", 0)
+
+
+def test_kick_moves_delayed_jobs_in_deadline_order_then_id(state):
+    run(state, T0, put(delay=3000), put(delay=1000), put(delay=2000), put(delay=1000))
+    assert state.tube("default").peek_delayed().id == 2
+    for expected in (2, 4, 3, 1):
+        one(state, T0, kick(1))
+        assert job_state(state, expected) == "ready"
+
+
+def test_kick_counts_kicks_and_keeps_the_job_delay(state):
+    run(state, T0, put(delay=1000), kick(1))
+    job = state.jobs[1]
+    assert (job.kicks, job.delay) == (1, 1000)
+    assert state.job_time_left(job, T0) == 0
+
+
+def test_kick_of_an_unknown_tube_kicks_nothing(state):
+    assert one(state, T0, kick(5, "ghost")) == ("KICKED", 0)
+
+
+def test_kick_only_touches_its_own_tube(state):
+    run(state, T0, put("a", delay=1000), put("b", delay=1000))
+    assert one(state, T0, kick(10, "a")) == ("KICKED", 1)
+    assert job_state(state, 2) == "delayed"
+
+
+@pytest.mark.parametrize("setup", ["delayed", "buried"])
+def test_kick_job_kicks_a_delayed_or_buried_job(state, setup):
+    if setup == "delayed":
+        run(state, T0, put(delay=1000))
+    else:
+        run(state, T0, put(), reserve(1), bury(1, 1))
+    assert one(state, T0, kick_job(1)) == ("KICKED",)
+    assert job_state(state, 1) == "ready"
+    assert state.jobs[1].kicks == 1
+    assert counts(state, ready=1, urgent=1)
+
+
+def test_kick_job_of_a_ready_reserved_or_unknown_job_is_not_found(state):
+    run(state, T0, put(), put(), reserve(1))
+    assert one(state, T0, kick_job(1)) == NOT_FOUND
+    assert one(state, T0, kick_job(2)) == NOT_FOUND
+    assert one(state, T0, kick_job(3)) == NOT_FOUND
+
+
+# pause-tube ----------------------------------------------------------------
+def test_pause_tube_holds_reserves_until_the_stamp_where_it_ends(state):
+    run(state, T0, put(), pause("default", 5000))
+    tube = state.tube("default")
+    assert (tube.pause, tube.unpause_at, tube.cmd_pause) == (5000, T0 + 5000, 1)
+    assert one(state, T0 + 4999, reserve(1)) == NO_JOB
+    state.ready_changed = False
+    assert one(state, T0 + 5000, reserve(1)) == ("RESERVED", 1, BODY)
+    assert state.ready_changed
+    assert (tube.pause, tube.unpause_at) == (0, 0)
+
+
+def test_pause_tube_again_replaces_the_earlier_pause(state):
+    run(state, T0, put(), pause("default", 10_000))
+    run(state, T0 + 1000, pause("default", 1000))
+    assert one(state, T0 + 1999, reserve(1)) == NO_JOB
+    assert one(state, T0 + 2000, reserve(1)) == ("RESERVED", 1, BODY)
+
+
+def test_pause_ending_without_ready_jobs_does_not_signal_ready(state):
+    run(state, T0, pause("empty", 1000))
+    state.ready_changed = False
+    run(state, T0 + 1000)
+    assert not state.tube("empty").paused(T0 + 1000)
+    assert not state.ready_changed
+
+
+# time-to-run ---------------------------------------------------------------
+def test_ttr_expiry_releases_the_job_and_counts_timeouts(state):
+    run(state, T0, put(ttr=2000), reserve(1))
+    run(state, T0 + 1999)
+    assert job_state(state, 1) == "reserved"
+    state.ready_changed = False
+    run(state, T0 + 2000)
+    job = state.jobs[1]
+    assert job_state(state, 1) == "ready"
+    assert (job.timeouts, job.releases, job.reserves) == (1, 0, 1)
+    assert state.job_timeouts == 1
+    assert state.reservations_of(1) == {}
+    assert state.ready_changed
+    assert one(state, T0 + 2000, delete(1, 1)) == ("DELETED",)  # anyone may now
+
+
+def test_timed_out_job_cannot_be_released_or_touched_by_its_old_reserver(state):
+    run(state, T0, put(ttr=1000), reserve(1))
+    assert run(state, T0 + 1000, release(1, 1), touch(1, 1), bury(1, 1)) == [NOT_FOUND] * 3
+
+
+def test_released_job_does_not_time_out_later(state):
+    run(state, T0, put(ttr=1000), reserve(1), release(1, 1))
+    run(state, T0 + 5000)
+    assert state.job_timeouts == 0
+    assert state.jobs[1].timeouts == 0
+
+
+def test_timeouts_count_across_jobs_globally(state):
+    run(state, T0, put(ttr=1000), put(ttr=3000), reserve(1), reserve(2))
+    run(state, T0 + 10_000)
+    assert [state.jobs[i].timeouts for i in (1, 2)] == [1, 1]
+    assert state.job_timeouts == 2
+
+
+# connections going away ----------------------------------------------------
+def test_drop_conn_requeues_its_reservations_without_counting_releases(state):
+    run(state, T0, put(), put(), put(), reserve(1), reserve(1), reserve(2))
+    state.ready_changed = False
+    assert one(state, T0, drop_conn(1)) == ("OK",)
+    for i in (1, 2):
+        job = state.jobs[i]
+        assert (job_state(state, i), job.releases, job.timeouts, job.reserves) == ("ready", 0, 0, 1)
+    assert job_state(state, 3) == "reserved"
+    assert state.reservations_of(1) == {}
+    assert state.ready_changed
+    assert counts(state, ready=2, urgent=2, reserved=1)
+
+
+def test_drop_conn_of_a_connection_without_reservations_changes_nothing(state):
+    run(state, T0, put(), reserve(1))
+    before = state.digest()
+    assert one(state, T0, drop_conn(9)) == ("OK",)
+    assert state.digest() == before
+
+
+def test_release_orphans_requeues_every_reservation_not_kept(state):
+    run(state, T0, *[put() for _ in range(4)], reserve(1), reserve(2), reserve(3), reserve(4))
+    assert one(state, T0, release_orphans(2, 4)) == ("OK",)
+    assert [job_state(state, i) for i in (1, 2, 3, 4)] == ["ready", "reserved", "ready", "reserved"]
+    assert all(state.jobs[i].releases == 0 for i in (1, 2, 3, 4))
+    assert counts(state, ready=2, urgent=2, reserved=2)
+
+
+def test_release_orphans_with_nothing_kept_requeues_everything(state):
+    run(state, T0, put(), reserve(5), release_orphans())
+    assert job_state(state, 1) == "ready"
+
+
+# forget-tube ---------------------------------------------------------------
+def test_forget_tube_drops_an_empty_tube(state):
+    run(state, T0, put("t"), delete(1, 1))
+    assert one(state, T0, forget("t")) == ("OK",)
+    assert "t" not in state.tubes
+
+
+@pytest.mark.parametrize("setup", ["ready", "delayed", "reserved", "buried"])
+def test_forget_tube_keeps_a_tube_that_holds_jobs(state, setup):
+    run(state, T0, put("t", delay=1000 if setup == "delayed" else 0))
+    if setup in ("reserved", "buried"):
+        run(state, T0, reserve(1, "t"))
+    if setup == "buried":
+        run(state, T0, bury(1, 1))
+    assert job_state(state, 1) == setup
+    assert one(state, T0, forget("t")) == ("OK",)
+    assert "t" in state.tubes
+    assert state.tube("t").job_count == 1
+
+
+def test_forget_tube_of_an_unknown_tube_is_harmless(state):
+    assert one(state, T0, forget("ghost")) == ("OK",)
+    assert state.tubes == {}
+
+
+def test_forgotten_paused_tube_comes_back_unpaused(state):
+    run(state, T0, pause("t", 60_000), forget("t"), put("t"))
+    assert one(state, T0, reserve(1, "t")) == ("RESERVED", 1, BODY)
+
+
+# ids -----------------------------------------------------------------------
+def test_ids_never_repeat_even_after_the_newest_job_is_deleted(state):
+    run(state, T0, put(), put(), delete(1, 2), delete(1, 1))
+    assert one(state, T0, put()) == ("INSERTED", 3)
+    assert state.next_id == 4
+
+
+def test_ids_continue_after_snapshot_restore(state):
+    run(state, T0, put(), put(), delete(1, 2))
+    restored = QueueState.deserialize(state.serialize())
+    assert one(restored, T0, put()) == ("INSERTED", 3)
+
+
+# time ----------------------------------------------------------------------
+def test_time_never_moves_backwards(state):
+    run(state, T0, put(delay=1000, ttr=2000))
+    run(state, T0 + 500)
+    run(state, T0 - 10_000)  # a new leader whose clock is behind
+    assert state.now == T0 + 500
+    # Commands in the late batch run at the clamped time.
+    run(state, T0 - 10_000, put())
+    assert state.jobs[2].created == T0 + 500
+    run(state, T0 + 1000)
+    assert job_state(state, 1) == "ready"
+
+
+def test_a_smaller_stamp_does_not_delay_a_reservation_deadline(state):
+    run(state, T0, put(ttr=1000))
+    run(state, T0 + 800, reserve(1))
+    run(state, T0 + 900)
+    run(state, T0, touch(1, 1))  # runs at T0+900, not T0
+    assert state.jobs[1].deadline == T0 + 1900
+
+
+def test_tick_only_moves_time(state):
+    run(state, T0, put())
+    before = state.to_records()
+    assert one(state, T0, TICK) == ("OK",)
+    assert state.to_records() == before
+
+
+# counts --------------------------------------------------------------------
+def test_urgent_counts_ready_jobs_with_priority_below_1024(state):
+    run(state, T0, put(pri=0), put(pri=1023), put(pri=1024), put(pri=2**32 - 1))
+    assert counts(state, ready=4, urgent=2)
+    assert state.tube("default").urgent_count == 2
+    run(state, T0, reserve(1))  # job 1 (pri 0) reserved: no longer urgent
+    assert counts(state, ready=3, urgent=1, reserved=1)
+    run(state, T0, bury(1, 1, pri=0))  # buried jobs are not urgent
+    assert counts(state, ready=3, urgent=1, buried=1)
+    run(state, T0, kick(1))
+    assert counts(state, ready=4, urgent=2)
+    run(state, T0, reserve(1), release(1, 1, pri=5000))  # released as non-urgent
+    assert counts(state, ready=4, urgent=1)
+    run(state, T0, delete(1, 2))
+    assert counts(state, ready=3, urgent=0)
+
+
+def test_delayed_urgent_jobs_are_not_urgent_until_ready(state):
+    run(state, T0, put(pri=0, delay=1000))
+    assert counts(state, delayed=1)
+    run(state, T0 + 1000)
+    assert counts(state, ready=1, urgent=1)
+
+
+def test_counts_per_tube_follow_the_job_through_every_state(state):
+    tube = state.tube("default")
+
+    def per_tube():
+        return (tube.ready_count, tube.reserved_count, tube.delayed_count, len(tube.buried), tube.job_count)
+
+    run(state, T0, put())
+    assert per_tube() == (1, 0, 0, 0, 1)
+    run(state, T0, reserve(1))
+    assert per_tube() == (0, 1, 0, 0, 1)
+    run(state, T0, release(1, 1, delay=10))
+    assert per_tube() == (0, 0, 1, 0, 1)
+    run(state, T0, reserve_job(1, 1), bury(1, 1))
+    assert per_tube() == (0, 0, 0, 1, 1)
+    run(state, T0, delete(1, 1))
+    assert per_tube() == (0, 0, 0, 0, 0)
+
+
+# edge signals for the server -----------------------------------------------
+def test_emptied_tubes_names_a_tube_that_lost_its_last_job(state):
+    run(state, T0, put("a"), put("a"), put("b"))
+    run(state, T0, delete(1, 1))
+    assert state.emptied_tubes == set()
+    run(state, T0, delete(1, 2))
+    assert state.emptied_tubes == {"a"}
+
+
+def test_ready_changed_is_set_by_a_ready_put_but_not_by_a_delayed_one(state):
+    run(state, T0, put(delay=1000))
+    assert not state.ready_changed
+    run(state, T0, put())
+    assert state.ready_changed
+
+
+def test_ready_changed_is_set_by_kicks_and_requeues(state):
+    run(state, T0, put(), put(delay=1000), reserve(1), bury(1, 1))
+    for cmd in (kick(1), kick_job(2)):
+        state.ready_changed = False
+        run(state, T0, cmd)
+        assert state.ready_changed
+    run(state, T0, reserve(1))
+    state.ready_changed = False
+    run(state, T0, drop_conn(1))
+    assert state.ready_changed
+
+
+# next_deadline --------------------------------------------------------------
+def test_next_deadline_is_none_when_nothing_is_timed(state):
+    run(state, T0, put(), put(), reserve(1), bury(1, 1))
+    assert state.next_deadline() is None
+
+
+def test_next_deadline_is_the_earliest_delay_ttr_or_pause(state):
+    run(state, T0, put(delay=5000), put(ttr=3000), reserve(1))
+    assert state.next_deadline() == T0 + 3000
+    run(state, T0, pause("default", 2000))
+    assert state.next_deadline() == T0 + 2000
+    run(state, T0 + 2000)
+    assert state.next_deadline() == T0 + 3000
+    run(state, T0 + 3000)
+    assert state.next_deadline() == T0 + 5000
+
+
+def test_next_deadline_skips_deadlines_that_no_longer_apply(state):
+    run(state, T0, put(delay=1000), put(delay=9000), put(ttr=2000), reserve(1))
+    run(state, T0, delete(1, 1), delete(1, 3))
+    assert state.next_deadline() == T0 + 9000
+
+
+def test_next_deadline_follows_a_touch(state):
+    run(state, T0, put(ttr=1000), reserve(1))
+    run(state, T0 + 500, touch(1, 1))
+    assert state.next_deadline() == T0 + 1500
+
+
+# memory ----------------------------------------------------------------------
+def test_touching_the_same_job_many_times_in_one_ms_keeps_one_deadline(state):
+    run(state, T0, put(ttr=1000), reserve(1))
+    run(state, T0 + 1, *[touch(1, 1)] * 2000)
+    run(state, T0 + 1001)
+    assert state.job_timeouts == 1
+    assert job_state(state, 1) == "ready"
