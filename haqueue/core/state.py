@@ -325,12 +325,17 @@ class QueueState:
     def _pause_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, delay = cmd
         tube = self.tube(tube_name)
-        # beanstalkd pauses for at least a moment so that waiting reserves
-        # notice the deadline; 0 therefore ends a pause at once.
-        delay = max(delay, 1)
+        tube.cmd_pause += 1
+        if delay <= 0:
+            # beanstalkd 1.12 pauses for 1 ns, so that waiting reserves notice
+            # the deadline: at ms resolution the pause is over at once.
+            tube.pause = 0
+            tube.unpause_at = 0
+            if tube.ready_count:
+                self.ready_changed = True
+            return PAUSED_R
         tube.pause = delay
         tube.unpause_at = now + delay
-        tube.cmd_pause += 1
         heapq.heappush(self._pauses, (tube.unpause_at, tube_name))
         return PAUSED_R
 

@@ -379,6 +379,19 @@ def test_pause_tube_holds_reserves_until_the_stamp_where_it_ends(state):
     assert (tube.pause, tube.unpause_at) == (0, 0)
 
 
+def test_pause_tube_zero_ends_the_pause_at_once(state):
+    # beanstalkd 1.12 pauses for 1 ns, so a reserve right after it succeeds.
+    run(state, T0, put(), pause("default", 60_000))
+    state.ready_changed = False
+    run(state, T0 + 1, pause("default", 0))
+    tube = state.tube("default")
+    assert tube.cmd_pause == 2
+    assert tube.pause == 0
+    assert not tube.paused(T0 + 1)
+    assert state.ready_changed
+    assert one(state, T0 + 1, reserve(1)) == ("RESERVED", 1, BODY)
+
+
 def test_pause_tube_again_replaces_the_earlier_pause(state):
     run(state, T0, put(), pause("default", 10_000))
     run(state, T0 + 1000, pause("default", 1000))
@@ -624,6 +637,8 @@ def test_next_deadline_is_the_earliest_delay_ttr_or_pause(state):
 def test_next_deadline_skips_deadlines_that_no_longer_apply(state):
     run(state, T0, put(delay=1000), put(delay=9000), put(ttr=2000), reserve(1))
     run(state, T0, delete(1, 1), delete(1, 3))
+    assert state.next_deadline() == T0 + 9000
+    run(state, T0, pause("default", 500), pause("default", 0))
     assert state.next_deadline() == T0 + 9000
 
 
