@@ -408,3 +408,74 @@ def test_yaml_renders_like_prot_c():
     assert bs.yaml_list(["default", "a(b)$;+/._-"]) == b"---\n- default\n- a(b)$;+/._-\n"
     assert bs.ok(bs.yaml_list(["default"])) == b"OK 14\r\n---\n- default\n\r\n"
     assert bs.yaml_list([]) == b"---\n"
+
+
+# --- the real server agrees ----------------------------------------------------------------
+
+ERROR_REPLIES = {bs.BAD_FORMAT, bs.UNKNOWN_COMMAND, bs.EXPECTED_CRLF, bs.JOB_TOO_BIG}
+STREAMS = [  # framing cases from above, as (bytes, max job size)
+    (b"put 0 0 1 6 x\r\nhello\r\n", 65535),
+    (b"put 0 0 1 5\r\nhelloXYstats\r\n", 65535),
+    (b"put 0 0 1 2\r\nabc\r\nstats\r\n", 65535),
+    (b"put 0 0 1 101\r\n" + b"y" * 101 + b"\r\nstats\r\n", 100),
+    (b"put 0 0 1 101 junk\r\n" + b"y" * 103 + b"stats\r\n", 100),
+    (b"put 0 0 1 100\r\n" + b"x" * 100 + b"\r\n", 100),
+    (use_line(224), 65535), (use_line(225) + b"stats\r\n", 65535), (use_line(226) + b"stats\r\n", 65535),
+    (b"x" * 446 + b"\r\nstats\r\n", 65535), (b"x" * 447 + b"\r\nstats\r\n", 65535),
+    (b"x" * 224 + b"\rz" + b"x" * 222 + b"\r\nstats\r\n", 65535),
+    (b"stats\rx" + b"y" * 217 + b"\r\nstats\r\n", 65535),
+    (b"pause-tube " + b"p" * 200 + b" 4294967295\r\n", 65535),
+]
+CORPUS = [(data, 65535) for data, _ in VALID + QUIRKS + ERRORS] + STREAMS
+
+
+def _blocks_or_closes(events: list) -> bool:
+    for event in events:
+        if isinstance(event, Command):
+            if event.name in ("quit", "reserve"):
+                return True
+            if event.name == "reserve-with-timeout" and event.args[0] != 0:
+                return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def real_servers():
+    from tests.support.servers import start_beanstalkd
+
+    servers = {}
+    try:
+        for limit in (65535, 100):
+            servers[limit] = start_beanstalkd("-z", str(limit))
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def test_codec_verdicts_match_real_beanstalkd_1_12(real_servers):
+    from tests.support.servers import RawConn
+
+    checked = 0
+    for data, limit in CORPUS:
+        parser = BeanstalkParser(limit)
+        parser.receive_data(data)
+        events = drain(parser)[:-1]
+        if _blocks_or_closes(events):
+            continue
+        in_sync = parser.buffered == 0 and parser._state == bs._LINE
+        server = real_servers[limit]
+        with RawConn(server.host, server.port, timeout=3) as conn:
+            conn.send(data + (b"peek 0\r\n" if in_sync else b""))  # job 0 never exists
+            replies = conn.recv_replies(len(events) + in_sync)
+        for event, reply in zip(events, replies):
+            if isinstance(event, ProtocolError):
+                assert reply == event.reply, (data, event, reply)
+            else:
+                assert reply not in ERROR_REPLIES, (data, event, reply)
+                if event.name == "use":
+                    assert reply == bs.using(event.args[0])
+        if in_sync:  # nothing more came, and the server is at a line start as the codec is
+            assert replies[-1] == bs.NOT_FOUND, (data, replies)
+        checked += 1
+    assert checked > 140  # all but the blocking and closing cases
