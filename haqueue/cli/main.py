@@ -29,9 +29,12 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here so that each module can import `cli` helpers from this one.
-    from haqueue.cli import bench, ops, serve
+    from haqueue.cli import bench, cluster, node, ops, serve, up
 
     cli.add_command(serve.serve)
+    cli.add_command(up.up)
+    cli.add_command(cluster.cluster)
+    cli.add_command(node.node)
     cli.add_command(bench.bench)
     cli.add_command(ops.ops)
 

@@ -103,8 +103,10 @@ def _drop_privileges(user: str) -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Cluster file (TOML): run as one node of that cluster.")
 @click.option("--node", "node_id", default=None, help="This node's id in the cluster file.")
+@click.option("--admin", "admin", default=None, metavar="HOST:PORT",
+              help="Serve the HTTP admin endpoint (/health /leader /status) here.")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
-          verbose, show_version, config_path, node_id) -> None:
+          verbose, show_version, config_path, node_id, admin) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -141,6 +143,11 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
             policy=policy,
             max_job_size=max_job_size,
         )
+    if admin is not None:
+        host, sep, admin_port = admin.rpartition(":")
+        if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
+            raise HaqueueError(f"--admin {admin!r}: expected HOST:PORT")
+        options.admin = (host or "127.0.0.1", int(admin_port))
     options.journal_limit = journal_size if compact else None
     options.compaction_entries = 20000 if compact else 2**62
     if user is not None:

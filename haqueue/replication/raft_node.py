@@ -190,6 +190,10 @@ class ReplicatedQueue(SyncObj):
             maxBindRetries=5,
             bindRetryTime=0.1,
             tcp_keepalive=(1, 1, 3),
+            # pysyncobj binds 0.0.0.0 unless told otherwise: nodes sharing a
+            # host on distinct addresses would collide, and Raft traffic
+            # belongs on the node's own address only.
+            bindAddress=self_address,
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
         self.journal = journal_file.journal if journal_file is not None else None

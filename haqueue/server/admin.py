@@ -1,0 +1,77 @@
+"""The per-node HTTP admin endpoint, for load balancers, keepalived and monitoring.
+
+GET /health  200 while the node runs (any role)
+GET /leader  200 only on the leader that is serving clients, else 503 — the
+             same answer as `haqueue node is-leader` (design.md I3), so
+             keepalived and LVS route to the leader alone
+GET /status  JSON: role, term, commit/applied index, serving, connections;
+             with ?digest=1 also the replicated state's digest (design.md I2)
+Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST = 8192
+
+
+class AdminServer:
+    def __init__(self, server, host: str, port: int) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+        self._listener: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self._listener = await asyncio.start_server(
+            self._handle, self.host, self.port, reuse_address=True
+        )
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            await self._listener.wait_closed()
+
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        node_server = self.server
+        route, _, query = path.partition("?")
+        if route == "/health":
+            return 200, "text/plain", b"ok\n"
+        if route == "/leader":
+            if node_server.serving:
+                return 200, "text/plain", b"leader\n"
+            return 503, "text/plain", b"not leader\n"
+        if route == "/status":
+            status = node_server.status()
+            if "digest=1" in query.split("&") and node_server.node is not None:
+                with node_server.state_lock:
+                    status["digest"] = node_server.state.digest()
+                    status["jobs"] = len(node_server.state.jobs)
+            return 200, "application/json", json.dumps(status, sort_keys=True).encode() + b"\n"
+        return 404, "text/plain", b"not found\n"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2)
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = request_line.split()
+            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+                code, kind, body = 405, "text/plain", b"method not allowed\n"
+            else:
+                code, kind, body = self.answer(parts[1])
+            reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
+            writer.write(
+                f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n".encode() + (body if parts[0] == "GET" else b"")
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+                ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
