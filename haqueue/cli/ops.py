@@ -113,6 +113,23 @@ def one_line_errors(*errors: type[Exception]) -> Callable:
     return decorate
 
 
+# -- gen-keepalived, gen-lvs, gen-systemd -----------------------------------
+
+
+@ops.command("gen-keepalived")
+@config_option
+@output_option
+@node_option
+@click.pass_context
+@one_line_errors(ClusterFileError)
+def gen_keepalived(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
+    """Render keepalived.conf per node: collocated VRRP, the VIP follows the Raft leader."""
+    from haqueue.ops import keepalived
+
+    cluster = load(config_path)
+    emit(keepalived.render(cluster, node_id, made_by(ctx)), output)
+
+
 # -- the other half of the group: gen-sysctl, gen-bonding, check ------------
 # Written in parallel in haqueue/cli/ops_host.py; skipped only while that
 # module does not exist yet (any other import problem is a real bug and raises).
