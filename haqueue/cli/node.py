@@ -32,3 +32,23 @@ def is_leader(config_path, node_id, timeout, quiet) -> None:
         click.echo(f"{node_id}: {'leader' if leader else 'not leader'}")
     if not leader:
         raise click.exceptions.Exit(1)
+
+
+@node.command("replay")
+@click.option("-b", "--data-dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="A stopped node's data directory.")
+def replay(data_dir) -> None:
+    """Rebuild a stopped node's state from its snapshot and journal; print a summary."""
+    from haqueue.replication.replay import replay as rebuild
+
+    try:
+        state, applied = rebuild(data_dir)
+    except (OSError, ValueError) as exc:
+        raise HaqueueError(f"{data_dir}: {exc}") from None
+    counts = state.counts()
+    click.echo(f"applied-index: {applied}")
+    click.echo(f"jobs: {len(state.jobs)}")
+    for key in ("ready", "reserved", "delayed", "buried"):
+        click.echo(f"{key}: {counts[key]}")
+    click.echo(f"next-id: {state.next_id}")
+    click.echo(f"digest: {state.digest()}")

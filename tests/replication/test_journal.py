@@ -1,0 +1,91 @@
+"""The durable journal: what survives a crash, what a torn tail becomes."""
+
+from __future__ import annotations
+
+import os
+
+from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
+from haqueue.replication.journal import DurableJournal
+
+
+def test_entries_survive_reopening(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 6):
+        j.add(b"cmd%d" % i, i, 1)
+    j.sync()
+    j._destroy()
+    j = DurableJournal(path, DURABLE)
+    assert [e[1] for e in j.entries] == [1, 2, 3, 4, 5]
+    assert j[2] == (b"cmd3", 3, 1)
+
+
+def test_a_torn_tail_is_cut_off_at_open(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    j.add(b"one", 1, 1)
+    j.add(b"two", 2, 1)
+    j._destroy()
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size - 2)  # a crash in the middle of the last record
+    j = DurableJournal(path, DURABLE)
+    assert [e[0] for e in j.entries] == [b"one"]
+    j.add(b"three", 2, 2)
+    j._destroy()
+    assert [e[0] for e in DurableJournal(path, NEVER).entries] == [b"one", b"three"]
+
+
+def test_a_corrupt_record_ends_the_journal_there(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    j.add(b"one", 1, 1)
+    j.add(b"two", 2, 1)
+    j._destroy()
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        f.write(b"X")
+    assert [e[0] for e in DurableJournal(path, NEVER).entries] == [b"one"]
+
+
+def test_truncating_a_suffix_and_compacting_a_prefix(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 11):
+        j.add(b"c%d" % i, i, 1)
+    j.deleteEntriesFrom(7)  # Raft drops a conflicting suffix
+    j.deleteEntriesTo(3)  # a snapshot covers the first three
+    j.add(b"c8'", 8, 2)
+    j._destroy()
+    j = DurableJournal(path, NEVER)
+    assert [e[1] for e in j.entries] == [4, 5, 6, 7, 8]
+    assert j[-1] == (b"c8'", 8, 2)
+
+
+def test_durable_policy_syncs_and_never_policy_does_not(tmp_path):
+    durable = DurableJournal(str(tmp_path / "a"), DURABLE)
+    durable.add(b"x", 1, 1)
+    durable.sync()
+    assert durable.syncs == 1 and not durable.dirty
+    never = DurableJournal(str(tmp_path / "b"), NEVER)
+    never.add(b"x", 1, 1)
+    never.sync()
+    assert never.syncs == 0
+
+
+def test_periodic_policy_waits_for_its_interval(tmp_path):
+    j = DurableJournal(str(tmp_path / "a"), FsyncPolicy(60_000))
+    j.add(b"x", 1, 1)
+    j.sync()
+    assert j.syncs == 0 and j.dirty  # not yet: at most every 60 s
+    j.force_sync()
+    assert j.syncs == 1
+
+
+def test_term_and_vote_are_stored_at_once(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    j.setCurrentTerm(7, "127.0.0.1:1")
+    # No _destroy: a crash right after the vote must not lose it.
+    assert DurableJournal(path, NEVER).getCurrentTerm() == 7
+    assert DurableJournal(path, NEVER).getVotedForNodeId() == "127.0.0.1:1"
