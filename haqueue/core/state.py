@@ -74,7 +74,14 @@ class QueueState:
     # ------------------------------------------------------------------
     # applying the log
     def apply_batch(self, stamp: int, commands: list[tuple]) -> list[tuple]:
-        """Apply one log entry; return one result per command."""
+        """Apply one log entry; return one result per command. Never raises."""
+        if type(commands) is not list and type(commands) is not tuple:
+            self.internal_errors += 1
+            return []
+        if type(stamp) is not int:
+            # Not a time: refuse the whole entry rather than guess one.
+            self.internal_errors += 1
+            return [INTERNAL_ERROR] * len(commands)
         self.advance(stamp)
         now = self.now
         apply = self.apply
@@ -92,8 +99,15 @@ class QueueState:
         except Exception:
             # A bug, not bad input: every node hits it at the same entry, so
             # state stays identical; the count makes tests fail loudly.
+            # Handlers check their arguments' types before changing anything,
+            # so a wrong one cannot leave a command half applied.
             self.internal_errors += 1
             return INTERNAL_ERROR
+
+    def _malformed(self) -> tuple:
+        """A command no server should send (wrong types): counted, refused."""
+        self.internal_errors += 1
+        return INTERNAL_ERROR
 
     def advance(self, stamp: int) -> None:
         """Move time forward to `stamp` and fire every deadline up to it."""
@@ -208,6 +222,9 @@ class QueueState:
     # commands
     def _put(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, pri, delay, ttr, body = cmd
+        if (type(tube_name) is not str or type(pri) is not int or type(delay) is not int
+                or type(ttr) is not int or type(body) is not bytes):
+            return self._malformed()
         job_id = self.next_id
         self.next_id = job_id + 1
         tube = self.tube(tube_name)
@@ -220,11 +237,15 @@ class QueueState:
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
         _, conn, tube_names = cmd
+        if type(conn) is not int or (type(tube_names) is not tuple and type(tube_names) is not list):
+            return self._malformed()
         if conn >> 32 < self.conn_epoch_floor:
             return NO_JOB
         best = None
         tubes = self.tubes
         for name in tube_names:
+            if type(name) is not str:
+                return self._malformed()
             tube = tubes.get(name)
             if tube is None or not tube.ready_count or tube.paused(now):
                 continue
@@ -238,6 +259,8 @@ class QueueState:
 
     def _reserve_job(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
+        if type(conn) is not int or type(job_id) is not int:
+            return self._malformed()
         job = self.jobs.get(job_id)
         if job is None or job.state == RESERVED or conn >> 32 < self.conn_epoch_floor:
             return NOT_FOUND
@@ -246,6 +269,8 @@ class QueueState:
 
     def _delete(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
+        if type(conn) is not int or type(job_id) is not int:
+            return self._malformed()
         job = self.jobs.get(job_id)
         if job is None or (job.state == RESERVED and job.reserver != conn):
             return NOT_FOUND
@@ -260,6 +285,8 @@ class QueueState:
 
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
+        if type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int:
+            return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
@@ -272,6 +299,8 @@ class QueueState:
 
     def _bury(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri = cmd
+        if type(conn) is not int or type(job_id) is not int or type(pri) is not int:
+            return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
@@ -283,6 +312,8 @@ class QueueState:
 
     def _touch(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
+        if type(conn) is not int or type(job_id) is not int:
+            return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
@@ -298,6 +329,8 @@ class QueueState:
 
     def _kick(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, bound = cmd
+        if type(tube_name) is not str or type(bound) is not int:
+            return self._malformed()
         tube = self.tubes.get(tube_name)
         kicked = 0
         if tube is not None:
@@ -316,6 +349,8 @@ class QueueState:
 
     def _kick_job(self, cmd: tuple, now: int) -> tuple:
         _, job_id = cmd
+        if type(job_id) is not int:
+            return self._malformed()
         job = self.jobs.get(job_id)
         if job is None or job.state not in (BURIED, DELAYED):
             return NOT_FOUND
@@ -324,6 +359,8 @@ class QueueState:
 
     def _pause_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, delay = cmd
+        if type(tube_name) is not str or type(delay) is not int:
+            return self._malformed()
         tube = self.tube(tube_name)
         tube.cmd_pause += 1
         if delay <= 0:
@@ -341,13 +378,24 @@ class QueueState:
 
     def _drop_conn(self, cmd: tuple, now: int) -> tuple:
         _, conn = cmd
+        if type(conn) is not int:
+            return self._malformed()
         self._requeue_reservations([conn])
         return DONE
 
     def _release_orphans(self, cmd: tuple, now: int) -> tuple:
-        keep = set(cmd[1])
-        if len(cmd) > 2 and cmd[2] > self.conn_epoch_floor:
-            self.conn_epoch_floor = cmd[2]
+        if len(cmd) == 2:
+            _, keep = cmd
+            epoch = 0
+        else:
+            _, keep, epoch = cmd
+        if (type(keep) is not tuple and type(keep) is not list) or type(epoch) is not int:
+            return self._malformed()
+        keep = set(keep)
+        if any(type(conn) is not int for conn in keep):
+            return self._malformed()
+        if epoch > self.conn_epoch_floor:
+            self.conn_epoch_floor = epoch
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
         return DONE
 
@@ -366,12 +414,16 @@ class QueueState:
 
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
+        if type(tube_name) is not str:
+            return self._malformed()
         tube = self.tubes.get(tube_name)
         if tube is not None and tube.job_count == 0:
             del self.tubes[tube_name]
         return DONE
 
     def _tick(self, cmd: tuple, now: int) -> tuple:
+        if len(cmd) != 1:
+            return self._malformed()
         return DONE
 
     # ------------------------------------------------------------------

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from haqueue.core import commands as C
 from haqueue.core.job import MIN_TTR_MS
-from haqueue.core.state import NO_JOB, NOT_FOUND, QueueState
+from haqueue.core.state import INTERNAL_ERROR, NO_JOB, NOT_FOUND, QueueState
 
 from .helpers import (
     BODY,
@@ -655,3 +656,126 @@ def test_touching_the_same_job_many_times_in_one_ms_keeps_one_deadline(state):
     run(state, T0 + 1001)
     assert state.job_timeouts == 1
     assert job_state(state, 1) == "ready"
+
+
+# bad commands ----------------------------------------------------------------
+BAD_COMMANDS = [
+    None,
+    (),
+    "put",
+    (99,),
+    (-1, 1),
+    ([C.PUT],),
+    (C.TICK, 1),
+    (C.PUT,),
+    (C.PUT, "default", 1, 0, 1000),
+    (C.PUT, "default", 1, 0, 1000, b"x", 1),
+    (C.PUT, 7, 1, 0, 1000, b"x"),
+    (C.PUT, ["default"], 1, 0, 1000, b"x"),
+    (C.PUT, "default", "1", 0, 1000, b"x"),
+    (C.PUT, "default", 1.5, 0, 1000, b"x"),
+    (C.PUT, "default", None, 0, 1000, b"x"),
+    (C.PUT, "default", 1, "0", 1000, b"x"),
+    (C.PUT, "default", 1, None, 1000, b"x"),
+    (C.PUT, "default", 1, 0, "1000", b"x"),
+    (C.PUT, "default", 1, 0, 1000, "x"),
+    (C.PUT, "default", 1, 0, 1000, None),
+    (C.RESERVE, 1),
+    (C.RESERVE, [1], ("default",)),
+    (C.RESERVE, "1", ("default",)),
+    (C.RESERVE, 1, "default"),
+    (C.RESERVE, 1, (["default"],)),
+    (C.RESERVE, 1, None),
+    (C.RESERVE_JOB, [1], 1),
+    (C.RESERVE_JOB, 1, "1"),
+    (C.DELETE, 1),
+    (C.DELETE, [1], 1),
+    (C.DELETE, 1, 1.0),
+    (C.RELEASE, 1, 2, 100),
+    (C.RELEASE, 1, 2, "100", 0),
+    (C.RELEASE, 1, 2, 100, "0"),
+    (C.RELEASE, 1, 2, 100, None),
+    (C.RELEASE, [1], 2, 100, 0),
+    (C.BURY, 1, 2, "100"),
+    (C.BURY, 1, 2, None),
+    (C.BURY, [1], 2, 100),
+    (C.TOUCH, [1], 2),
+    (C.TOUCH, 1, "2"),
+    (C.KICK, "default", "5"),
+    (C.KICK, "default", None),
+    (C.KICK, None, 5),
+    (C.KICK_JOB, "3"),
+    (C.KICK_JOB, [3]),
+    (C.PAUSE_TUBE, "default", "5"),
+    (C.PAUSE_TUBE, "default", None),
+    (C.PAUSE_TUBE, ["default"], 5),
+    (C.PAUSE_TUBE, "fresh", "5"),
+    (C.DROP_CONN, [1]),
+    (C.DROP_CONN, "1"),
+    (C.RELEASE_ORPHANS, 1),
+    (C.RELEASE_ORPHANS, None),
+    (C.RELEASE_ORPHANS, "12"),
+    (C.RELEASE_ORPHANS, ([1],)),
+    (C.RELEASE_ORPHANS, (), "5"),
+    (C.RELEASE_ORPHANS, (1,), None),
+    (C.RELEASE_ORPHANS, (), 5, 6),
+    (C.FORGET_TUBE, ["default"]),
+    (C.FORGET_TUBE, None),
+]
+
+
+def _busy_state() -> QueueState:
+    """A state with a job in every state, reservations by conns 1 and 2."""
+    state = QueueState()
+    run(state, T0, put(pri=5), put(pri=1), put(delay=1000), put(), put(), put("other"))
+    run(state, T0, reserve(1), reserve(2), bury(2, 1), reserve(1))
+    return state
+
+
+# What follows a bad command: every kind of command, so damage left behind shows.
+_AFTER = [
+    put(), put("fresh"), reserve(3), reserve(3, "other"), reserve_job(3, 3), release(1, 2, delay=10),
+    touch(1, 5), bury(1, 5), kick(2), kick_job(3), delete(3, 4), pause("default", 0), drop_conn(3),
+    release_orphans(1), forget("fresh"),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_COMMANDS, ids=repr)
+def test_a_bad_command_is_an_internal_error_that_changes_nothing(bad):
+    damaged, twin = _busy_state(), _busy_state()
+    results = damaged.apply_batch(T0 + 1, [put(), bad, put()])
+    assert results[1] == INTERNAL_ERROR
+    assert damaged.internal_errors == 1
+    twin_results = run(twin, T0 + 1, put(), put())
+    assert results[0::2] == twin_results
+    assert damaged.digest() == twin.digest()
+    # Later commands behave exactly as if the bad one had never been applied.
+    for stamp in (T0 + 2, T0 + 2000, T0 + 100_000):
+        assert damaged.apply_batch(stamp, list(_AFTER)) == run(twin, stamp, *_AFTER)
+        assert damaged.digest() == twin.digest()
+        assert damaged.counts() == twin.counts()
+        assert damaged.next_deadline() == twin.next_deadline()
+    assert damaged.internal_errors == 1
+
+
+@pytest.mark.parametrize("stamp", [None, "1", 1.5, [1]])
+def test_a_batch_with_a_bad_stamp_is_refused_without_raising(stamp):
+    state = _busy_state()
+    before = state.digest()
+    assert state.apply_batch(stamp, [put(), TICK]) == [INTERNAL_ERROR, INTERNAL_ERROR]
+    assert state.internal_errors >= 1
+    assert state.digest() == before
+
+
+@pytest.mark.parametrize("commands", [None, 5, b"\x01"])
+def test_a_batch_that_is_not_a_list_of_commands_is_refused_without_raising(commands):
+    state = _busy_state()
+    before = state.digest()
+    assert state.apply_batch(T0 + 1, commands) == []
+    assert state.internal_errors == 1
+    assert state.digest() == before
+
+
+def test_a_bad_command_does_not_stop_the_rest_of_its_batch(state):
+    results = state.apply_batch(T0, [put(), (99,), put()])
+    assert results == [("INSERTED", 1), INTERNAL_ERROR, ("INSERTED", 2)]
