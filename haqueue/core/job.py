@@ -41,6 +41,7 @@ class Job:
         "releases",
         "buries",
         "kicks",
+        "entry",
     )
 
     def __init__(self, id: int, tube, pri: int, delay: int, ttr: int, body: bytes, created: int) -> None:
@@ -59,6 +60,12 @@ class Job:
         self.releases = 0
         self.buries = 0
         self.kicks = 0
+        # The one heap entry that speaks for this job now (its ready entry,
+        # its delayed entry, or its time-to-run entry), or None. Any other
+        # entry naming the job is stale, even one with the same key: a job
+        # released at the priority it was reserved at must not be found
+        # twice (see tube.py).
+        self.entry = None
 
     def to_record(self) -> tuple:
         """Plain data for snapshots and digests (the tube by name)."""

@@ -116,16 +116,18 @@ class QueueState:
         now = self.now
         delays = self._delays
         while delays and delays[0][0] <= now:
-            deadline, _, job = heapq.heappop(delays)
-            if job.state == DELAYED and job.deadline == deadline:
+            entry = heapq.heappop(delays)
+            job = entry[2]
+            if job.entry is entry:
                 tube = job.tube
-                tube.delayed_count -= 1
+                tube.unlink_delayed(job)
                 tube.push_ready(job)
                 self.ready_changed = True
         ttrs = self._ttrs
         while ttrs and ttrs[0][0] <= now:
-            deadline, _, job = heapq.heappop(ttrs)
-            if job.state == RESERVED and job.deadline == deadline:
+            entry = heapq.heappop(ttrs)
+            job = entry[2]
+            if job.entry is entry:
                 job.timeouts += 1
                 self.job_timeouts += 1
                 self._unreserve(job)
@@ -156,9 +158,7 @@ class QueueState:
         if heap is self._pauses:
             tube = self.tubes.get(entry[1])
             return tube is not None and tube.pause > 0 and tube.unpause_at == entry[0]
-        job = entry[2]
-        want = DELAYED if heap is self._delays else RESERVED
-        return job.state == want and job.deadline == entry[0]
+        return entry[2].entry is entry
 
     # ------------------------------------------------------------------
     # helpers
@@ -170,9 +170,7 @@ class QueueState:
 
     def _make_ready_or_delayed(self, job: Job, delay: int, now: int) -> None:
         if delay > 0:
-            deadline = now + delay
-            job.tube.push_delayed(job, deadline)
-            heapq.heappush(self._delays, (deadline, job.id, job))
+            heapq.heappush(self._delays, job.tube.push_delayed(job, now + delay))
         else:
             job.tube.push_ready(job)
             self.ready_changed = True
@@ -181,14 +179,15 @@ class QueueState:
         job.state = RESERVED
         job.reserver = conn
         job.reserves += 1
-        job.deadline = now + job.ttr
+        job.deadline = deadline = now + job.ttr
         job.tube.reserved_count += 1
         self.reserved_count += 1
         held = self._reserved_by.get(conn)
         if held is None:
             held = self._reserved_by[conn] = {}
         held[job.id] = job
-        heapq.heappush(self._ttrs, (job.deadline, job.id, job))
+        job.entry = entry = (deadline, job.id, job)
+        heapq.heappush(self._ttrs, entry)
         return ("RESERVED", job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
@@ -198,6 +197,7 @@ class QueueState:
             if not held:
                 del self._reserved_by[job.reserver]
         job.reserver = None
+        job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
 
@@ -208,7 +208,7 @@ class QueueState:
         if state == READY:
             tube.unlink_ready(job)
         elif state == DELAYED:
-            tube.delayed_count -= 1
+            tube.unlink_delayed(job)
         elif state == BURIED:
             del tube.buried[job.id]
         elif state == RESERVED:
@@ -317,8 +317,11 @@ class QueueState:
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
-        job.deadline = now + job.ttr
-        heapq.heappush(self._ttrs, (job.deadline, job.id, job))
+        deadline = now + job.ttr
+        if deadline != job.deadline:  # touched again in the same ms: entry stands
+            job.deadline = deadline
+            job.entry = entry = (deadline, job_id, job)
+            heapq.heappush(self._ttrs, entry)
         return TOUCHED_R
 
     def _kick_one(self, job: Job) -> None:
@@ -524,8 +527,7 @@ class QueueState:
             if job_state == READY:
                 tube.push_ready(job)
             elif job_state == DELAYED:
-                tube.push_delayed(job, deadline)
-                state._delays.append((deadline, job_id, job))
+                state._delays.append(tube.push_delayed(job, deadline))
             elif job_state == BURIED:
                 tube.push_buried(job)
             elif job_state == RESERVED:

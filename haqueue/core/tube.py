@@ -2,10 +2,12 @@
 
 Ready jobs are ordered by (priority, id), delayed jobs by (deadline, id) and
 buried jobs first-in first-out, as in beanstalkd. The heaps are cleaned lazily:
-an entry is only trusted if the job it names is still in the state and at the
-key the entry records, so removing a job from the middle (delete, kick-job,
-reserve-job) is O(1) and the stale entry is dropped when it reaches the top.
-Heaps are rebuilt when stale entries outnumber live ones, which bounds memory.
+an entry is only trusted if it is the very tuple the job names as its current
+`entry` (a key match is not enough: a job reserved and released at the same
+priority would be listed twice, and the copies would never be dropped). So
+removing a job from the middle (delete, kick-job, reserve-job) is O(1) and the
+stale entry is dropped when it reaches the top. A heap is filtered in place
+when its stale entries outnumber its live ones, which bounds memory.
 """
 
 from __future__ import annotations
@@ -57,51 +59,60 @@ class Tube:
     # ready -------------------------------------------------------------
     def push_ready(self, job: Job) -> None:
         job.state = READY
-        heapq.heappush(self.ready, (job.pri, job.id, job))
+        job.entry = entry = (job.pri, job.id, job)
+        heapq.heappush(self.ready, entry)
         self.ready_count += 1
         if job.pri < URGENT_THRESHOLD:
             self.urgent_count += 1
         if len(self.ready) > 2 * self.ready_count + 64:
-            self.ready = [e for e in self.ready if _ready_live(e)]
-            heapq.heapify(self.ready)
+            compact(self.ready)
 
     def peek_ready(self) -> Job | None:
         heap = self.ready
         while heap:
             entry = heap[0]
-            if _ready_live(entry):
+            if entry[2].entry is entry:
                 return entry[2]
             heapq.heappop(heap)
         return None
 
     def unlink_ready(self, job: Job) -> None:
         """Account for a ready job leaving the queue; its heap entry goes stale."""
+        job.entry = None
         self.ready_count -= 1
         if job.pri < URGENT_THRESHOLD:
             self.urgent_count -= 1
 
     # delayed -----------------------------------------------------------
-    def push_delayed(self, job: Job, deadline: int) -> None:
+    def push_delayed(self, job: Job, deadline: int) -> tuple[int, int, Job]:
+        """Delay a job; return its entry, which the global deadline heap shares."""
         job.state = DELAYED
         job.deadline = deadline
-        heapq.heappush(self.delayed, (deadline, job.id, job))
+        job.entry = entry = (deadline, job.id, job)
+        heapq.heappush(self.delayed, entry)
         self.delayed_count += 1
         if len(self.delayed) > 2 * self.delayed_count + 64:
-            self.delayed = [e for e in self.delayed if _delayed_live(e)]
-            heapq.heapify(self.delayed)
+            compact(self.delayed)
+        return entry
 
     def peek_delayed(self) -> Job | None:
         heap = self.delayed
         while heap:
             entry = heap[0]
-            if _delayed_live(entry):
+            if entry[2].entry is entry:
                 return entry[2]
             heapq.heappop(heap)
         return None
 
+    def unlink_delayed(self, job: Job) -> None:
+        """Account for a delayed job leaving the queue; its heap entry goes stale."""
+        job.entry = None
+        self.delayed_count -= 1
+
     # buried ------------------------------------------------------------
     def push_buried(self, job: Job) -> None:
         job.state = BURIED
+        job.entry = None
         self.buried[job.id] = job
 
     def peek_buried(self) -> Job | None:
@@ -113,11 +124,8 @@ class Tube:
         return self.pause > 0 and now < self.unpause_at
 
 
-def _ready_live(entry: tuple[int, int, Job]) -> bool:
-    job = entry[2]
-    return job.state == READY and job.pri == entry[0]
-
-
-def _delayed_live(entry: tuple[int, int, Job]) -> bool:
-    job = entry[2]
-    return job.state == DELAYED and job.deadline == entry[0]
+def compact(heap: list[tuple[int, int, Job]]) -> None:
+    """Drop the stale entries of a (key, id, job) heap, in place: callers may
+    hold the list while they pop from it."""
+    heap[:] = [entry for entry in heap if entry[2].entry is entry]
+    heapq.heapify(heap)

@@ -649,15 +649,6 @@ def test_next_deadline_follows_a_touch(state):
     assert state.next_deadline() == T0 + 1500
 
 
-# memory ----------------------------------------------------------------------
-def test_touching_the_same_job_many_times_in_one_ms_keeps_one_deadline(state):
-    run(state, T0, put(ttr=1000), reserve(1))
-    run(state, T0 + 1, *[touch(1, 1)] * 2000)
-    run(state, T0 + 1001)
-    assert state.job_timeouts == 1
-    assert job_state(state, 1) == "ready"
-
-
 # bad commands ----------------------------------------------------------------
 BAD_COMMANDS = [
     None,
@@ -779,3 +770,24 @@ def test_a_batch_that_is_not_a_list_of_commands_is_refused_without_raising(comma
 def test_a_bad_command_does_not_stop_the_rest_of_its_batch(state):
     results = state.apply_batch(T0, [put(), (99,), put()])
     assert results == [("INSERTED", 1), INTERNAL_ERROR, ("INSERTED", 2)]
+
+
+# memory ----------------------------------------------------------------------
+def test_reserve_release_cycles_of_one_job_keep_the_ready_heap_small(state):
+    # A worker that keeps releasing a job it cannot handle, at the same
+    # priority and the same ms: every cycle must not leave a live-looking
+    # duplicate heap entry behind (that made each push rebuild the heap).
+    run(state, T0, put("t", pri=5))
+    for _ in range(2000):
+        run(state, T0, reserve(1, "t"), release(1, 1, pri=5))
+    assert len(state.tube("t").ready) <= 100
+    assert one(state, T0, reserve(1, "t")) == ("RESERVED", 1, BODY)
+    assert one(state, T0, reserve(1, "t")) == NO_JOB
+
+
+def test_touching_the_same_job_many_times_in_one_ms_keeps_one_deadline(state):
+    run(state, T0, put(ttr=1000), reserve(1))
+    run(state, T0 + 1, *[touch(1, 1)] * 2000)
+    run(state, T0 + 1001)
+    assert state.job_timeouts == 1
+    assert job_state(state, 1) == "ready"
