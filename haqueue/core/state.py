@@ -27,7 +27,7 @@ import pickle
 
 from haqueue.core import commands as C
 from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
-from haqueue.core.tube import Tube
+from haqueue.core.tube import Tube, compact
 
 SNAPSHOT_FORMAT_VERSION = 1
 
@@ -60,8 +60,12 @@ class QueueState:
         # connection that is still in flight (pysyncobj forwards queued
         # commands to the new leader) cannot take a reservation again (I4, I5).
         self.conn_epoch_floor = 0
-        # Global deadline heaps, cleaned lazily like the tube heaps.
+        # Global deadline heaps, cleaned lazily like the tube heaps, and
+        # filtered when stale entries outnumber live ones: a stale entry keeps
+        # a finished job (and its body) alive until its deadline, which may be
+        # days away.
         self._delays: list[tuple[int, int, Job]] = []  # (deadline, id, job) of DELAYED jobs
+        self._delayed_count = 0  # live entries in _delays
         self._ttrs: list[tuple[int, int, Job]] = []  # (deadline, id, job) of RESERVED jobs
         self._pauses: list[tuple[int, str]] = []  # (unpause_at, tube name)
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
@@ -119,6 +123,7 @@ class QueueState:
             entry = heapq.heappop(delays)
             job = entry[2]
             if job.entry is entry:
+                self._delayed_count -= 1
                 tube = job.tube
                 tube.unlink_delayed(job)
                 tube.push_ready(job)
@@ -170,7 +175,11 @@ class QueueState:
 
     def _make_ready_or_delayed(self, job: Job, delay: int, now: int) -> None:
         if delay > 0:
-            heapq.heappush(self._delays, job.tube.push_delayed(job, now + delay))
+            delays = self._delays
+            heapq.heappush(delays, job.tube.push_delayed(job, now + delay))
+            self._delayed_count += 1
+            if len(delays) > 2 * self._delayed_count + 64:
+                compact(delays)
         else:
             job.tube.push_ready(job)
             self.ready_changed = True
@@ -187,7 +196,10 @@ class QueueState:
             held = self._reserved_by[conn] = {}
         held[job.id] = job
         job.entry = entry = (deadline, job.id, job)
-        heapq.heappush(self._ttrs, entry)
+        ttrs = self._ttrs
+        heapq.heappush(ttrs, entry)
+        if len(ttrs) > 2 * self.reserved_count + 64:
+            compact(ttrs)
         return ("RESERVED", job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
@@ -200,6 +212,8 @@ class QueueState:
         job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
+        if len(self._ttrs) > 2 * self.reserved_count + 64:
+            compact(self._ttrs)  # in place: advance() may be popping it
 
     def _take_out(self, job: Job) -> None:
         """Remove a job from whatever queue holds it (its heap entries go stale)."""
@@ -209,6 +223,9 @@ class QueueState:
             tube.unlink_ready(job)
         elif state == DELAYED:
             tube.unlink_delayed(job)
+            self._delayed_count -= 1
+            if len(self._delays) > 2 * self._delayed_count + 64:
+                compact(self._delays)
         elif state == BURIED:
             del tube.buried[job.id]
         elif state == RESERVED:
@@ -321,7 +338,10 @@ class QueueState:
         if deadline != job.deadline:  # touched again in the same ms: entry stands
             job.deadline = deadline
             job.entry = entry = (deadline, job_id, job)
-            heapq.heappush(self._ttrs, entry)
+            ttrs = self._ttrs
+            heapq.heappush(ttrs, entry)
+            if len(ttrs) > 2 * self.reserved_count + 64:
+                compact(ttrs)
         return TOUCHED_R
 
     def _kick_one(self, job: Job) -> None:
@@ -374,9 +394,17 @@ class QueueState:
             if tube.ready_count:
                 self.ready_changed = True
             return PAUSED_R
+        unpause_at = now + delay
+        fresh = not (tube.pause and tube.unpause_at == unpause_at)  # else its entry stands
         tube.pause = delay
-        tube.unpause_at = now + delay
-        heapq.heappush(self._pauses, (tube.unpause_at, tube_name))
+        tube.unpause_at = unpause_at
+        if fresh:
+            pauses = self._pauses
+            heapq.heappush(pauses, (unpause_at, tube_name))
+            if len(pauses) > 2 * len(self.tubes) + 64:
+                # Rebuilt from the tubes: (time, name) keys can repeat.
+                pauses[:] = [(t.unpause_at, t.name) for t in self.tubes.values() if t.pause]
+                heapq.heapify(pauses)
         return PAUSED_R
 
     def _drop_conn(self, cmd: tuple, now: int) -> tuple:
@@ -528,6 +556,7 @@ class QueueState:
                 tube.push_ready(job)
             elif job_state == DELAYED:
                 state._delays.append(tube.push_delayed(job, deadline))
+                state._delayed_count += 1
             elif job_state == BURIED:
                 tube.push_buried(job)
             elif job_state == RESERVED:

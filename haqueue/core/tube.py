@@ -82,6 +82,10 @@ class Tube:
         self.ready_count -= 1
         if job.pri < URGENT_THRESHOLD:
             self.urgent_count -= 1
+        # Also here, not only on push: deleted jobs' entries (and bodies)
+        # must not wait for the next put to be let go.
+        if len(self.ready) > 2 * self.ready_count + 64:
+            compact(self.ready)
 
     # delayed -----------------------------------------------------------
     def push_delayed(self, job: Job, deadline: int) -> tuple[int, int, Job]:
@@ -108,6 +112,8 @@ class Tube:
         """Account for a delayed job leaving the queue; its heap entry goes stale."""
         job.entry = None
         self.delayed_count -= 1
+        if len(self.delayed) > 2 * self.delayed_count + 64:
+            compact(self.delayed)
 
     # buried ------------------------------------------------------------
     def push_buried(self, job: Job) -> None:

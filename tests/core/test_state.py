@@ -6,6 +6,8 @@ from protocol.txt it was checked against the real /usr/bin/beanstalkd 1.12.
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from haqueue.core import commands as C
@@ -791,3 +793,27 @@ def test_touching_the_same_job_many_times_in_one_ms_keeps_one_deadline(state):
     run(state, T0 + 1001)
     assert state.job_timeouts == 1
     assert job_state(state, 1) == "ready"
+
+
+def test_finished_jobs_are_not_kept_alive_by_pending_deadlines(state):
+    # Jobs reserved with a long ttr, or put with a long delay, then deleted:
+    # their bodies must be freed now, not when the old deadline passes.
+    big = 20_000
+    tracemalloc.start()
+    try:
+        run(state, T0, put(body=b"warm-up"))  # let the first allocations settle
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(1000):
+            body = bytes([i % 256]) * big
+            job_id = one(state, T0, put(ttr=86_400_000, body=body))[1]
+            run(state, T0, reserve_job(1, job_id), touch(1, job_id), delete(1, job_id))
+            body = bytes([i % 256]) * big
+            job_id = one(state, T0, put(delay=86_400_000, body=body))[1]
+            run(state, T0, delete(1, job_id))
+            run(state, T0, pause("default", 86_400_000 + i))
+        del body
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    # 2000 bodies of 20 kB would be 40 MB; the bookkeeping left is far less.
+    assert grown < 2_000_000, grown
