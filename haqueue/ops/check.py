@@ -4,8 +4,8 @@ Two halves, so that the judgement is testable without a host:
 - `gather(...)` reads the live host: links and addresses over netlink (pyroute2),
   sysctls from /proc/sys, keepalived from the process table (psutil), bonds from
   /proc/net/bonding, the ip_vs table from /proc/net/ip_vs, and the node's Raft role
-  from its HTTP admin endpoint (`GET /leader`: 200 = leader, any other status =
-  not leader). Everything it reads is per network namespace except the process
+  from its HTTP admin endpoint (`GET /leader`: 200 on the leader that serves
+  clients, 503 elsewhere). Everything it reads is per network namespace except the process
   table, so keepalived counts only when it runs in this host's namespace.
 - `evaluate(...)` turns those facts into rows (check, OK/WARN/FAIL, detail).
   Pure: no I/O, no clock.
@@ -24,13 +24,13 @@ is a real server when the file has directors, else a collocated node.
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from haqueue import admin_client
 from haqueue.cluster import Cluster, Node
 from haqueue.ops import sysctl as sysctl_table
 from haqueue.ops.bonding import BondState, parse_proc_bonding
@@ -62,7 +62,7 @@ class Link:
 
 @dataclass(frozen=True)
 class LeaderProbe:
-    state: str  # "leader", "follower" or "unreachable"
+    state: str  # "leader", "follower", "unreachable" or "unknown" (an unexpected answer)
     detail: str
 
 
@@ -152,11 +152,17 @@ def read_sysctls(keys: list[str]) -> dict[str, str | None]:
     return out
 
 
+_GONE = -1
+
+
 def _netns_inode(pid: int | str) -> int | None:
+    """Inode of the process's network namespace; None if not ours to read, _GONE if it exited."""
     try:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
+    except PermissionError:
         return None
+    except OSError:
+        return _GONE
 
 
 def read_keepalived() -> Keepalived:
@@ -169,6 +175,8 @@ def read_keepalived() -> Keepalived:
         if proc.info["ppid"] in procs:  # keepalived's VRRP/checker children
             continue
         ns = _netns_inode(pid)
+        if ns == _GONE:  # exited since the listing (e.g. a `keepalived --config-test`)
+            continue
         # Unreadable namespace (not root): count it here rather than hide it.
         if ns is None or ns == mine:
             here.append(pid)
@@ -178,18 +186,17 @@ def read_keepalived() -> Keepalived:
 
 
 def probe_leader(member: Node, timeout: float) -> LeaderProbe:
-    """Ask the node's admin endpoint whether it is the Raft leader."""
+    """Ask the node's admin endpoint whether it is the Raft leader that serves clients."""
     url = f"{member.admin_url}/leader"
-    conn = http.client.HTTPConnection(member.address, member.admin_port, timeout=timeout)
     try:
-        conn.request("GET", "/leader")
-        status = conn.getresponse().status
-    except (OSError, http.client.HTTPException) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else (str(exc) or type(exc).__name__)
-        return LeaderProbe("unreachable", f"GET {url}: {reason}")
-    finally:
-        conn.close()
-    return LeaderProbe("leader" if status == 200 else "follower", f"GET {url}: {status}")
+        status, _ = admin_client.get(member.address, member.admin_port, "/leader", timeout)
+    except OSError as exc:
+        return LeaderProbe("unreachable", f"GET {url}: {exc.strerror or exc}")
+    if status == 200:
+        return LeaderProbe("leader", f"GET {url}: 200")
+    if status == 503:
+        return LeaderProbe("follower", f"GET {url}: 503")
+    return LeaderProbe("unknown", f"GET {url}: unexpected status {status}")
 
 
 def read_bonds(directory: Path = Path("/proc/net/bonding")) -> dict[str, str]:
@@ -208,12 +215,20 @@ def read_ip_vs(path: Path = Path("/proc/net/ip_vs")) -> str | None:
 
 def gather(cluster: Cluster, member: Node, role: str, timeout: float = DEFAULT_LEADER_TIMEOUT,
            links: dict[str, Link] | None = None) -> HostFacts:
+    links = links if links is not None else read_links()
     keys = [s.key for s in sysctl_table.settings(role, cluster)]
+    if role == "director":
+        leader = None
+    elif member.address in local_addresses(links):
+        leader = probe_leader(member, timeout)
+    else:
+        # The check inspects this host: never send the probe to another machine.
+        leader = LeaderProbe("unknown", f"not asked: {member.address} is not configured on this host")
     return HostFacts(
-        links=links if links is not None else read_links(),
+        links=links,
         sysctls=read_sysctls(keys),
         keepalived=read_keepalived(),
-        leader=None if role == "director" else probe_leader(member, timeout),
+        leader=leader,
         bonds=read_bonds(),
         ip_vs=read_ip_vs() if role == "director" else None,
     )
@@ -270,6 +285,8 @@ def _address_rows(member: Node, facts: HostFacts) -> list[Row]:
 def _leader_row(probe: LeaderProbe) -> Row:
     if probe.state == "unreachable":
         return Row("raft role", FAIL, f"unknown: admin endpoint unreachable ({probe.detail})")
+    if probe.state == "unknown":
+        return Row("raft role", FAIL, f"unknown: {probe.detail}")
     return Row("raft role", OK, f"{probe.state} ({probe.detail})")
 
 
@@ -317,8 +334,8 @@ def _vip_rows(cluster: Cluster, member: Node, role: str, facts: HostFacts, lvs_m
     # Collocated VRRP: the VIP belongs on the Raft leader's interface, nowhere else.
     here = bool(on_iface)
     where = f"present on {member.interface}" if here else f"absent from {member.interface}"
-    leader = facts.leader.state if facts.leader else "unreachable"
-    if leader == "unreachable":
+    leader = facts.leader.state if facts.leader else "unknown"
+    if leader not in ("leader", "follower"):
         rows.append(Row(name, WARN, f"{where}; cannot tell whether it belongs here (raft role unknown)"))
     elif here and leader == "follower":
         rows.append(Row(name, FAIL, f"{where} but this node is a follower: clients reach a node that "
@@ -366,7 +383,8 @@ def _sysctl_rows(cluster: Cluster, role: str, facts: HostFacts) -> list[Row]:
         if good:
             rows.append(Row(name, OK, have))
         else:
-            rows.append(Row(name, FAIL if setting.required else WARN, f"is {have}, want {want} ({source})"))
+            rows.append(Row(name, FAIL if setting.required else WARN,
+                            f"is {have or '(empty)'}, want {want} ({source})"))
     return rows
 
 

@@ -147,6 +147,8 @@ class NetnsProcess:
                                      stderr=subprocess.STDOUT, text=True, cwd=REPO)
 
     def readline(self, timeout: float = 10) -> str:
+        """The first line of output (select() cannot see data already in Python's buffer,
+        so this is only for processes that print one line and then nothing)."""
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         try:
@@ -198,19 +200,32 @@ def admin_endpoint(ns: str, address: str, leader_status: int) -> Iterator[int]:
 
 @contextmanager
 def keepalived(ns: str, workdir: Path) -> Iterator[int]:
-    """Real keepalived running in the namespace with an empty configuration."""
+    """Real keepalived running in the namespace with an empty configuration; yields its PID."""
     conf = workdir / "keepalived.conf"
     conf.write_text("global_defs {\n    router_id haqueue-test\n}\n")
-    proc = NetnsProcess(ns, ["keepalived", "--dont-fork", "--log-console", "--vrrp", "-f", str(conf),
-                             "-p", str(workdir / "keepalived.pid"), "-r", str(workdir / "vrrp.pid")])
+    pidfile = workdir / "keepalived.pid"
+    log = (workdir / "keepalived.log").open("w")
+    # `ip netns exec` execs keepalived, so the child's PID is keepalived's.
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, "keepalived", "--dont-fork", "--log-console",
+                             "--vrrp", "-f", str(conf), "-p", str(pidfile), "-r", str(workdir / "vrrp.pid")],
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
+        # keepalived writes its pid file once it is up: wait for that, not for time.
         deadline = time.monotonic() + 10
-        while True:
-            line = proc.readline(max(0.1, deadline - time.monotonic()))
-            if not line:
-                raise RuntimeError(f"keepalived exited with {proc.proc.wait(5)}")
-            if "Configuration file" in line:
-                break
-        yield proc.proc.pid
+        while not (pidfile.exists() and pidfile.read_text().strip() == str(proc.pid)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"keepalived exited with {proc.returncode}: "
+                                   f"{(workdir / 'keepalived.log').read_text()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("keepalived did not write its pid file within 10s")
+            time.sleep(0.02)
+        yield proc.pid
     finally:
-        proc.stop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        log.close()
