@@ -80,6 +80,10 @@ class Timing:
     skew: float
     master_down: float  # 3 x advert_int + skew
     total: float
+    # When leadership moves again within a second of the VIP arriving: the
+    # holder's check exited at once to claim the VIP and watches again only
+    # from its next run, so it may hold on for up to a run longer.
+    again: float
 
 
 def check_seconds(cluster: Cluster) -> float:
@@ -108,7 +112,8 @@ def timing(cluster: Cluster, node: Node) -> Timing:
     # or after its skew once a live old master sends priority 0 (a dead one
     # sends nothing, and master-down covers it).
     total = max(gain + master_down, loss + skew)
-    return Timing(gain=gain, loss=loss, skew=skew, master_down=master_down, total=total)
+    again = max(total, SCRIPT_INTERVAL + 2 * c + skew)
+    return Timing(gain=gain, loss=loss, skew=skew, master_down=master_down, total=total, again=again)
 
 
 def check_words(cluster: Cluster, node: Node) -> list[str]:
@@ -169,6 +174,9 @@ def render_node(cluster: Cluster, node: Node, command: str) -> str:
         f"#   total                      {_num(t.total)} s  the later of passes + master-down and"
         " fails + skew,",
         "#                                     then gratuitous ARP from the new master",
+        f"#   moved again within 1 s     {_num(t.again)} s  the new holder's check exited at once to"
+        " claim the VIP",
+        "#                                     and watches again from its next run",
         "# advert_int, not the check, bounds the takeover from a dead leader. Tune in",
         "# the cluster file's [keepalived] table (docs/operations.md, \"Tuning\").",
         "#",
