@@ -24,12 +24,15 @@ from __future__ import annotations
 import hashlib
 import heapq
 import pickle
+from collections import OrderedDict
 
 from haqueue.core import commands as C
 from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
 from haqueue.core.tube import Tube, compact
 
-SNAPSHOT_FORMAT_VERSION = 1
+# 2: each tube record ends with its buried job ids, first in first out (in 1
+# they came back in id order, which kick and peek-buried could tell apart).
+SNAPSHOT_FORMAT_VERSION = 2
 
 # Results are small tuples whose first element names the protocol reply.
 NOT_FOUND = ("NOT_FOUND",)
@@ -501,7 +504,7 @@ class QueueState:
     def to_records(self) -> tuple:
         """Everything replicated, as plain data in a canonical order."""
         tubes = tuple(
-            (t.name, t.total_jobs, t.cmd_delete, t.cmd_pause, t.pause, t.unpause_at)
+            (t.name, t.total_jobs, t.cmd_delete, t.cmd_pause, t.pause, t.unpause_at, tuple(t.buried))
             for t in self.tubes.values()
         )
         jobs = tuple(self.jobs[i].to_record() for i in sorted(self.jobs))
@@ -525,8 +528,16 @@ class QueueState:
 
     @classmethod
     def from_records(cls, records: tuple) -> "QueueState":
-        version, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
-        if version != SNAPSHOT_FORMAT_VERSION:
+        version = records[0]
+        if version == SNAPSHOT_FORMAT_VERSION:
+            _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
+        elif version == 1:
+            # Buried jobs are restored in id order, the best 1 can do; some
+            # version-1 records predate the epoch floor.
+            _, next_id, now, total_jobs, job_timeouts, tubes, jobs = records[:7]
+            floor = records[7] if len(records) > 7 else 0
+            tubes = [(*t, None) for t in tubes]
+        else:
             raise ValueError(f"snapshot format {version}, this node reads {SNAPSHOT_FORMAT_VERSION}")
         state = cls()
         state.next_id = next_id
@@ -534,8 +545,11 @@ class QueueState:
         state.total_jobs = total_jobs
         state.job_timeouts = job_timeouts
         state.conn_epoch_floor = floor
-        for name, total, cmd_delete, cmd_pause, pause, unpause_at in tubes:
+        buried_order = []
+        for name, total, cmd_delete, cmd_pause, pause, unpause_at, buried in tubes:
             tube = state.tube(name)
+            if buried is not None:
+                buried_order.append((tube, buried))
             tube.total_jobs = total
             tube.cmd_delete = cmd_delete
             tube.cmd_pause = cmd_pause
@@ -558,10 +572,14 @@ class QueueState:
                 state._delays.append(tube.push_delayed(job, deadline))
                 state._delayed_count += 1
             elif job_state == BURIED:
-                tube.push_buried(job)
+                tube.push_buried(job)  # reordered below when the record says how
             elif job_state == RESERVED:
                 state._reserve(job, reserver, deadline - job.ttr)
                 job.reserves = reserves
+        for tube, buried in buried_order:
+            if len(buried) != len(tube.buried):
+                raise ValueError(f"snapshot lists {len(buried)} buried jobs for {tube.name!r}, has {len(tube.buried)}")
+            tube.buried = OrderedDict((job_id, tube.buried[job_id]) for job_id in buried)
         heapq.heapify(state._delays)
         heapq.heapify(state._pauses)
         state.ready_changed = False

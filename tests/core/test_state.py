@@ -817,3 +817,74 @@ def test_finished_jobs_are_not_kept_alive_by_pending_deadlines(state):
         tracemalloc.stop()
     # 2000 bodies of 20 kB would be 40 MB; the bookkeeping left is far less.
     assert grown < 2_000_000, grown
+
+
+# snapshots -------------------------------------------------------------------
+def _every_kind_of_state() -> QueueState:
+    """Jobs in every state in two tubes, a pause, an epoch floor, some history."""
+    state = QueueState()
+    run(state, T0, (C.RELEASE_ORPHANS, (), 3))
+    conn = 3 << 32 | 1
+    run(state, T0, *[put(pri=p) for p in (9, 8, 7, 6, 5)], put("other", delay=4000), put(delay=2000))
+    run(state, T0 + 10, reserve(conn), reserve(conn), reserve(conn), reserve(conn))
+    run(state, T0 + 20, bury(conn, 4), bury(conn, 5), bury(conn, 3), touch(conn, 2))
+    run(state, T0 + 30, pause("other", 9000), delete(conn, 1), reserve(conn + 1))
+    return state
+
+
+FUTURE = [
+    (T0 + 40, [kick(1), put(), reserve(3 << 32 | 7), release(3 << 32 | 1, 2, pri=1, delay=100)]),
+    (T0 + 3000, [kick(5), reserve(3 << 32 | 7), put("other"), reserve(3 << 32 | 7, "other")]),
+    (T0 + 70_000, [reserve(3 << 32 | 7), kick(5), (C.RELEASE_ORPHANS, (), 4), reserve(3 << 32 | 7)]),
+]
+
+
+def test_snapshot_restore_keeps_buried_jobs_first_in_first_out():
+    state = QueueState()
+    run(state, T0, put(), put(), put(), reserve(1), reserve(1), reserve(1), bury(1, 3), bury(1, 1), bury(1, 2))
+    restored = QueueState.from_records(state.to_records())
+    assert restored.tube("default").peek_buried().id == 3
+    assert run(restored, T0, kick(1), kick(1)) == [("KICKED", 1)] * 2
+    assert [job_state(restored, i) for i in (1, 2, 3)] == ["ready", "buried", "ready"]
+
+
+def test_buried_order_is_part_of_the_digest():
+    a, b = QueueState(), QueueState()
+    for s, order in ((a, (1, 2)), (b, (2, 1))):
+        run(s, T0, put(), put(), reserve(1), reserve(1), *[bury(1, i) for i in order])
+    assert a.digest() != b.digest()
+
+
+def test_version_1_snapshot_records_are_still_read():
+    state = QueueState()
+    run(state, T0, put(), put(delay=1000), put(), reserve(1), bury(1, 1))
+    version, next_id, now, total, timeouts, tubes, jobs, floor = state.to_records()
+    assert version == 2
+    v1_tubes = tuple(t[:6] for t in tubes)
+    for records in ((1, next_id, now, total, timeouts, v1_tubes, jobs, floor),
+                    (1, next_id, now, total, timeouts, v1_tubes, jobs)):
+        restored = QueueState.from_records(records)
+        assert restored.digest() == state.digest()
+
+
+def test_a_snapshot_of_an_unknown_version_is_refused():
+    records = (99,) + QueueState().to_records()[1:]
+    with pytest.raises(ValueError, match="snapshot format 99"):
+        QueueState.from_records(records)
+
+
+# epochs: a deposed leader's connections ------------------------------------------
+def test_release_orphans_raises_the_epoch_floor_and_never_lowers_it(state):
+    run(state, T0, (C.RELEASE_ORPHANS, (), 5))
+    assert state.conn_epoch_floor == 5
+    run(state, T0, (C.RELEASE_ORPHANS, (), 4), release_orphans())
+    assert state.conn_epoch_floor == 5
+
+
+def test_reserves_from_connections_of_an_older_epoch_take_nothing(state):
+    old, new = 4 << 32 | 9, 5 << 32 | 1
+    run(state, T0, put(), put(), (C.RELEASE_ORPHANS, (), 5))
+    assert one(state, T0, reserve(old)) == NO_JOB
+    assert one(state, T0, reserve_job(old, 1)) == NOT_FOUND
+    assert counts(state, ready=2, urgent=2)
+    assert one(state, T0, reserve(new)) == ("RESERVED", 1, BODY)
