@@ -1,11 +1,191 @@
-"""`haqueue bench`: a load generator for any beanstalkd-protocol address."""
+"""`haqueue bench`: a load generator for any beanstalkd-protocol address.
+
+Thin: options are checked and turned into a LoadSpec here; haqueue.bench does the
+work. Every BenchError becomes a click.ClickException, which haqueue.cli.main prints
+as one line with a non-zero exit (imported from click, not main, to avoid an import cycle).
+"""
 
 from __future__ import annotations
 
 import click
 
+from haqueue.bench.compare import bench_servers
+from haqueue.bench.load import BenchError, LoadSpec, parse_address
+from haqueue.bench.memory import measure_memory
+from haqueue.bench.report import format_memory, format_runs, to_json
+from haqueue.bench.runner import run
+
+_POSITIVE = click.FloatRange(min=0, min_open=True)
+
 
 @click.command()
-def bench() -> None:
-    """Measure jobs/s and latency against a beanstalkd-protocol server."""
-    raise click.ClickException("bench is not implemented yet")
+@click.option("--address", default="127.0.0.1:11300", show_default=True, metavar="HOST:PORT",
+              help="Any beanstalkd-protocol server.")
+@click.option("--workload", type=click.Choice(["put", "cycle"]), default="put", show_default=True,
+              help="put: windowed puts; cycle: put, reserve, delete.")
+@click.option("--tube", default="bench", show_default=True)
+@click.option("--connections", type=click.IntRange(min=1), default=8, show_default=True,
+              help="put: producer connections.")
+@click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Puts each producer keeps in flight.")
+@click.option("--producers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="cycle: producer connections.")
+@click.option("--consumers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="cycle: consumer connections.")
+@click.option("--body-size", type=click.IntRange(min=0), default=100, show_default=True,
+              metavar="BYTES")
+@click.option("--duration", type=_POSITIVE, default=None, metavar="SECONDS",
+              help="Measured time [default: 5, or until --jobs].")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Stop after this many acknowledged (measured) puts.")
+@click.option("--warmup", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              metavar="SECONDS", help="Load before measuring starts, not counted.")
+@click.option("--backlog", type=click.IntRange(min=0), default=None,
+              help="cycle: most jobs put but not yet deleted [default: window x producers; "
+                   "0: no limit].")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Load processes, each running a share of the connections.")
+@click.option("--timeout", type=_POSITIVE, default=10.0, show_default=True, metavar="SECONDS",
+              help="Fail when the server sends nothing for this long.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Also write the figures as JSON.")
+@click.option("--server", type=click.Choice(["beanstalkd", "haqueue"]), default=None,
+              help="Start this server on a free loopback port and bench it.")
+@click.option("--compare", is_flag=True,
+              help="Start beanstalkd and a haqueue node, bench each, print the ratio.")
+@click.option("--compare-with", type=click.Choice(["haqueue", "beanstalkd"]), default="haqueue",
+              hidden=True)  # tests compare two beanstalkd while haqueue serve is unfinished
+@click.option("--durable", is_flag=True,
+              help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
+@click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
+@click.option("--cluster", type=click.Path(), default=None, metavar="CONFIG",
+              help="Bench a 3-node cluster started by `haqueue up` (not yet).")
+def bench(
+    address: str,
+    workload: str,
+    tube: str,
+    connections: int,
+    window: int,
+    producers: int,
+    consumers: int,
+    body_size: int,
+    duration: float | None,
+    jobs: int | None,
+    warmup: float,
+    backlog: int | None,
+    processes: int,
+    timeout: float,
+    json_path: str | None,
+    server: str | None,
+    compare: bool,
+    compare_with: str,
+    durable: bool,
+    memory_jobs: int | None,
+    cluster: str | None,
+) -> None:
+    """Measure jobs/s and latency against a beanstalkd-protocol server.
+
+    Every reply is checked; the first unexpected one ends the run with an error.
+    """
+    if cluster is not None:
+        raise click.ClickException(_cluster_not_yet())
+    if server and compare:
+        raise click.ClickException("--server and --compare exclude each other")
+    kinds = ["beanstalkd", compare_with] if compare else [server] if server else []
+    if durable and not kinds:
+        raise click.ClickException(
+            "--durable applies to servers bench starts: add --server or --compare"
+        )
+    if memory_jobs and not kinds:
+        raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
+    if duration is None and jobs is None:
+        duration = 5.0
+    try:
+        host, port = parse_address(address)
+        spec = LoadSpec(
+            host=host,
+            port=port,
+            workload=workload,
+            tube=tube,
+            connections=connections,
+            window=window,
+            producers=producers,
+            consumers=consumers,
+            body_size=body_size,
+            duration=duration,
+            jobs=jobs,
+            warmup=warmup,
+            backlog=backlog,
+            processes=processes,
+            timeout=timeout,
+        )
+        if memory_jobs:
+            spec.validate()
+            memory = measure_memory(spec, kinds, durable, memory_jobs)
+            click.echo(format_memory(memory))
+            runs = []
+        else:
+            runs = bench_servers(spec, kinds, durable) if kinds else [run(spec)]
+            memory = []
+            click.echo(format_runs(runs, _headline(spec, durable if kinds else None)))
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
+    if json_path is not None:
+        settings = {
+            "workload": spec.workload,
+            "address": None if kinds else spec.address,
+            "servers": kinds or None,
+            "durable": durable,
+            "tube": spec.tube,
+            "connections": spec.connections if spec.workload == "put" else None,
+            "producers": spec.producers if spec.workload == "cycle" else None,
+            "consumers": spec.consumers if spec.workload == "cycle" else None,
+            "window": spec.window,
+            "backlog": spec.backlog_cap if spec.workload == "cycle" else None,
+            "body_size": spec.body_size,
+            "duration": spec.duration,
+            "jobs": spec.jobs,
+            "warmup": spec.warmup,
+            "processes": spec.processes,
+            "memory_jobs": memory_jobs,
+        }
+        try:
+            with open(json_path, "w", encoding="utf-8") as f:
+                f.write(to_json(settings, runs, memory))
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot write {json_path}: {exc.strerror or exc}"
+            ) from None
+
+
+def _headline(spec: LoadSpec, durable: bool | None) -> str:
+    if spec.workload == "put":
+        load = f"put: {spec.connections} connections x window {spec.window}"
+    else:
+        load = (
+            f"cycle: {spec.producers} producers (window {spec.window}, backlog "
+            f"{spec.backlog_cap or 'unbounded'}) + {spec.consumers} consumers"
+        )
+    stop = []
+    if spec.duration is not None:
+        stop.append(f"{spec.duration:g} s")
+    if spec.jobs is not None:
+        stop.append(f"{spec.jobs:,} puts")
+    parts = [
+        load,
+        f"{spec.body_size} B bodies",
+        f"measured {' or '.join(stop)} after {spec.warmup:g} s warmup",
+        f"{spec.processes} load process{'es' if spec.processes > 1 else ''}",
+    ]
+    if durable is not None:
+        parts.append("durable (-b DIR -f0)" if durable else "in memory")
+    return ", ".join(parts)
+
+
+def _cluster_not_yet() -> str:
+    from haqueue.cli.main import cli
+
+    if "up" not in cli.commands:
+        return "--cluster is not available yet: it needs `haqueue up`, which does not exist yet"
+    return "--cluster is not available yet: bench cannot drive `haqueue up` clusters yet"

@@ -1,0 +1,262 @@
+"""What a bench run measured, and how it is shown: latency percentiles, a table, JSON.
+
+Rules: latencies are kept exactly, in nanoseconds, as (value, count) pairs — many
+replies parsed from one read share both their send time and their reply time, so
+pairs are far fewer than replies, and percentiles need no histogram rounding.
+Percentiles use the nearest-rank definition, so each one is a latency that some
+command actually had, and p50 <= p90 <= p99 <= max always holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILES = (50, 90, 99)
+
+
+class Latencies:
+    """Latency samples in nanoseconds, as (value, count) pairs."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self) -> None:
+        self.values = array("q")
+        self.counts = array("q")
+
+    def add(self, value_ns: int, count: int = 1) -> None:
+        self.values.append(value_ns)
+        self.counts.append(count)
+
+    def extend(self, other: Latencies) -> None:
+        self.values.extend(other.values)
+        self.counts.extend(other.counts)
+
+    def __len__(self) -> int:
+        return sum(self.counts)
+
+    def summary(self) -> dict[str, float] | None:
+        """p50/p90/p99/max in milliseconds, and the sample count; None when empty."""
+        total = len(self)
+        if total == 0:
+            return None
+        pairs = sorted(zip(self.values, self.counts))
+        ranks = [(p, max(1, math.ceil(p / 100 * total))) for p in PERCENTILES]
+        out: dict[str, float] = {}
+        seen = 0
+        i = 0
+        for value, count in pairs:
+            seen += count
+            while i < len(ranks) and seen >= ranks[i][1]:
+                out[f"p{ranks[i][0]}"] = value / 1e6
+                i += 1
+            if i == len(ranks):
+                break
+        out["max"] = pairs[-1][0] / 1e6
+        out["count"] = total
+        return out
+
+
+@dataclass
+class RunResult:
+    """One workload against one server, merged over every connection and process."""
+
+    workload: str
+    address: str
+    server: str = ""  # "beanstalkd" / "haqueue" when bench started it, else ""
+    measured_puts: int = 0
+    measured_cycles: int = 0
+    put_seconds: float = 0.0
+    cycle_seconds: float = 0.0
+    put_latency: Latencies = field(default_factory=Latencies)
+    e2e_latency: Latencies = field(default_factory=Latencies)
+    totals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def puts_per_s(self) -> float:
+        return self.measured_puts / self.put_seconds if self.put_seconds > 0 else 0.0
+
+    @property
+    def cycles_per_s(self) -> float:
+        return self.measured_cycles / self.cycle_seconds if self.cycle_seconds > 0 else 0.0
+
+    @property
+    def jobs_per_s(self) -> float:
+        """The headline figure: puts/s for `put`, completed cycles/s for `cycle`."""
+        return self.cycles_per_s if self.workload == "cycle" else self.puts_per_s
+
+    def latency_summaries(self) -> dict[str, dict[str, float] | None]:
+        out = {"put": self.put_latency.summary()}
+        if self.workload == "cycle":
+            out["end_to_end"] = self.e2e_latency.summary()
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "server": self.server or None,
+            "address": self.address,
+            "jobs_per_s": round(self.jobs_per_s, 1),
+            "puts_per_s": round(self.puts_per_s, 1),
+            "cycles_per_s": round(self.cycles_per_s, 1) if self.workload == "cycle" else None,
+            "measured": {
+                "puts": self.measured_puts,
+                "put_seconds": round(self.put_seconds, 6),
+                "cycles": self.measured_cycles,
+                "cycle_seconds": round(self.cycle_seconds, 6),
+            },
+            "latency_ms": self.latency_summaries(),
+            "totals": dict(self.totals),
+        }
+
+
+@dataclass
+class MemoryResult:
+    """Resident memory of one server process before and after it queued `jobs` jobs."""
+
+    server: str
+    address: str
+    jobs: int
+    body_size: int
+    rss_before: int
+    rss_after: int
+
+    @property
+    def bytes_per_job(self) -> float:
+        return (self.rss_after - self.rss_before) / self.jobs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "address": self.address,
+            "jobs": self.jobs,
+            "body_size": self.body_size,
+            "rss_before": self.rss_before,
+            "rss_after": self.rss_after,
+            "bytes_per_job": round(self.bytes_per_job, 1),
+        }
+
+
+_LATENCY_LABELS = {"put": "put", "end_to_end": "put->delete"}
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def format_runs(runs: list[RunResult], headline: str) -> str:
+    """A small table: one row per (server, latency kind); a ratio row for two runs."""
+    rate = "cycles/s" if runs and runs[0].workload == "cycle" else "puts/s"
+    header = ["server", "address", rate, "latency", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    rows: list[list[str]] = []
+    for run in runs:
+        first = True
+        for kind, summary in run.latency_summaries().items():
+            s = summary or {}
+            rows.append(
+                [
+                    (run.server or "-") if first else "",
+                    run.address if first else "",
+                    f"{run.jobs_per_s:,.0f}" if first else "",
+                    _LATENCY_LABELS[kind],
+                    *(_ms(s.get(k)) for k in ("p50", "p90", "p99", "max")),
+                ]
+            )
+            first = False
+    if len(runs) == 2:
+        a, b = runs[1], runs[0]
+        first = True
+        for kind, sa in a.latency_summaries().items():
+            sb = b.latency_summaries()[kind] or {}
+            sa = sa or {}
+            rows.append(
+                [
+                    f"{a.server or 'second'}/{b.server or 'first'}" if first else "",
+                    "",
+                    _ratio(a.jobs_per_s, b.jobs_per_s) if first else "",
+                    _LATENCY_LABELS[kind],
+                    *(_ratio(sa.get(k), sb.get(k)) for k in ("p50", "p90", "p99", "max")),
+                ]
+            )
+            first = False
+    return headline + "\n" + _table(header, rows)
+
+
+def format_memory(results: list[MemoryResult]) -> str:
+    header = ["server", "address", "jobs", "body B", "RSS before", "RSS after", "bytes/job"]
+    rows = [
+        [
+            r.server,
+            r.address,
+            f"{r.jobs:,}",
+            str(r.body_size),
+            _mib(r.rss_before),
+            _mib(r.rss_after),
+            f"{r.bytes_per_job:,.1f}",
+        ]
+        for r in results
+    ]
+    if len(results) == 2:
+        a, b = results[1], results[0]
+        rows.append(
+            [f"{a.server}/{b.server}", "", "", "", "", "", _ratio(a.bytes_per_job, b.bytes_per_job)]
+        )
+    return "memory: resident set size of the server process, by PID\n" + _table(header, rows)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    # Text columns are left-aligned, figures right-aligned.
+    left = {0, 1, 3} if "latency" in header else {0, 1}
+
+    def fmt(row: list[str]) -> str:
+        cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join(fmt(r) for r in [header, *rows])
+
+
+def to_json(settings: dict[str, Any], runs: list[RunResult], memory: list[MemoryResult]) -> str:
+    """The same figures as the tables, for machines: one JSON document."""
+    doc: dict[str, Any] = {"settings": settings}
+    if runs:
+        doc["runs"] = [r.to_json() for r in runs]
+        if len(runs) == 2:
+            a, b = runs[1], runs[0]
+            ratio: dict[str, Any] = {
+                "of": f"{a.server or 'second'}/{b.server or 'first'}",
+                "jobs_per_s": _num_ratio(a.jobs_per_s, b.jobs_per_s),
+                "latency": {},
+            }
+            for kind, sa in a.latency_summaries().items():
+                sb = b.latency_summaries()[kind] or {}
+                sa = sa or {}
+                ratio["latency"][kind] = {
+                    k: _num_ratio(sa.get(k), sb.get(k)) for k in ("p50", "p90", "p99", "max")
+                }
+            doc["ratio"] = ratio
+    if memory:
+        doc["memory"] = [m.to_json() for m in memory]
+        if len(memory) == 2:
+            doc["memory_ratio"] = _num_ratio(memory[1].bytes_per_job, memory[0].bytes_per_job)
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _num_ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 4)
