@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import io
 import pickle
 from collections import OrderedDict
 
@@ -587,7 +588,14 @@ class QueueState:
 
     def digest(self) -> str:
         """A hash of the replicated state: equal on every node that applied the same log."""
-        return hashlib.sha256(pickle.dumps(self.to_records(), protocol=5)).hexdigest()
+        # Without pickle's memo: with it, the bytes depend on which equal
+        # values happen to be one object (a body shared by two puts, a name
+        # read back from a snapshot), so equal states could hash apart.
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=5)
+        pickler.fast = True
+        pickler.dump(self.to_records())
+        return hashlib.sha256(out.getvalue()).hexdigest()
 
 
 def _by_id(job: Job) -> int:

@@ -839,6 +839,31 @@ FUTURE = [
 ]
 
 
+def test_snapshot_restore_gives_the_same_digest_and_the_same_future():
+    original = _every_kind_of_state()
+    restored = QueueState.deserialize(original.serialize())
+    assert restored.digest() == original.digest()
+    assert restored.counts() == original.counts()
+    assert restored.next_deadline() == original.next_deadline()
+    assert restored.conn_epoch_floor == original.conn_epoch_floor == 3
+    for stamp, batch in FUTURE:
+        assert run(restored, stamp, *batch) == run(original, stamp, *batch)
+        assert restored.digest() == original.digest()
+        for name, tube in original.tubes.items():
+            twin = restored.tubes[name]
+            for peek in ("peek_ready", "peek_delayed", "peek_buried"):
+                a, b = getattr(tube, peek)(), getattr(twin, peek)()
+                assert (a and a.id) == (b and b.id), (name, peek)
+
+
+def test_digest_depends_on_values_not_on_which_values_share_an_object():
+    shared, separate = QueueState(), QueueState()
+    run(shared, T0, put(body=BODY), put(body=BODY))
+    run(separate, T0, put(body=bytes(bytearray(BODY))), put(body=bytes(bytearray(BODY))))
+    assert shared.to_records() == separate.to_records()
+    assert shared.digest() == separate.digest()
+
+
 def test_snapshot_restore_keeps_buried_jobs_first_in_first_out():
     state = QueueState()
     run(state, T0, put(), put(), put(), reserve(1), reserve(1), reserve(1), bury(1, 3), bury(1, 1), bury(1, 2))
