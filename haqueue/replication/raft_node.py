@@ -28,6 +28,12 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    compaction).
 6. Ticks run in our own thread (autoTick off) so that exceptions are logged
    and the periodic fsync policy has a place to run.
+7. No forwarding: pysyncobj sends a command submitted on a follower to the
+   leader, which commits it. haqueue submits only while it leads, but a
+   deposed leader's sessions can submit in the moment before it notices; a
+   forwarded put would land for a client that gets no reply, and a forwarded
+   RELEASE_ORPHANS would release the new leader's live reservations (I4).
+   Such a command fails with NOT_LEADER instead (SyncingTransport).
 
 Threads: pysyncobj applies entries in the tick thread; the asyncio server
 reads the state from its own thread. `state_lock` is held while a batch is
@@ -90,11 +96,23 @@ _syncobj_module.createJournal = _create_journal
 
 
 class SyncingTransport(TCPTransport):
-    """Syncs the journal before anything leaves the node (Raft: persist, then respond)."""
+    """Syncs the journal before anything leaves the node (Raft: persist, then respond).
+
+    It also refuses to forward commands (point 7 above): pysyncobj sends a
+    command submitted on a non-leader to the leader as `apply_command`; we
+    answer it here, locally, as the leader would refuse it (NOT_LEADER).
+    """
 
     def send(self, node, message):
+        kind = message.get("type")
+        if kind == "apply_command":
+            request_id = message.get("request_id")
+            if request_id is not None:
+                self._onMessageReceived(node, {"type": "apply_command_response", "request_id": request_id,
+                                               "error": FAIL_REASON.NOT_LEADER})
+            return True
         journal = getattr(self._syncObj, "journal", None)
-        if journal is not None and message.get("type") == "next_node_idx":
+        if journal is not None and kind == "next_node_idx":
             journal.sync()
         return super().send(node, message)
 
@@ -166,6 +184,8 @@ class ReplicatedQueue(SyncObj):
         self.dump_path = os.path.join(dump_dir, "raft.snapshot")
         self.policy = policy
         self._journal_spec = journal_file
+        self._partners = list(partner_addresses)
+        self._submitted = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
         conf = SyncObjConf(
             autoTick=False,
@@ -216,10 +236,21 @@ class ReplicatedQueue(SyncObj):
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
+    def _work_waiting(self) -> bool:
+        # pysyncobj moves submitted commands into the log late in a tick and
+        # then polls its sockets; it commits at the start of the next tick.
+        # Without this, a submission would sit out a whole poll timeout (and
+        # on a lone node, whose poll no follower's answer ends early, a second
+        # one before it commits): tick at once while there is work in hand.
+        if self._submitted:
+            self._submitted = False
+            return True
+        return not self._partners and self.raftCommitIndex < self._SyncObj__getCurrentLogIndex()
+
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.doTick(0.02)
+                self.doTick(0.0 if self._work_waiting() else 0.02)
                 journal = self.journal
                 if journal is not None:
                     if not self.policy.durable:
@@ -238,6 +269,7 @@ class ReplicatedQueue(SyncObj):
     def submit(self, data: bytes, callback) -> None:
         """Append an encoded batch; callback(results, error) runs in the tick thread."""
         self.apply_entry(data, callback=callback)
+        self._submitted = True
 
     @replicated
     def apply_entry(self, data):
