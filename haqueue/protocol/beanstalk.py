@@ -74,6 +74,9 @@ Tube names (`is_valid_tube`: 1..200 bytes of A-Za-z0-9 and -+/;.$_(), not starti
     raised to 1 by the server (not here).
 
 No protocol error closes the connection in 1.12: every `ProtocolError` has close=False.
+Some errors still count in beanstalkd's cmd-* stats (`ProtocolError.counts_as`): put's
+JOB_TOO_BIG, junk after put's size and EXPECTED_CRLF count as a put; pause-tube with a name
+over 200 bytes or starting with '-' counts as a pause-tube. Every other error counts nowhere.
 """
 
 from __future__ import annotations
@@ -128,10 +131,17 @@ class Command(NamedTuple):
 
 
 class ProtocolError(NamedTuple):
-    """An input that beanstalkd answers with an error reply (and keeps the connection)."""
+    """An input that beanstalkd answers with an error reply (and keeps the connection).
+
+    counts_as names the command whose cmd-* stats counter beanstalkd still increments for
+    this input (prot.c bumps op_ct as soon as the arguments parse, before later checks):
+    "put" for JOB_TOO_BIG, junk after the size, and EXPECTED_CRLF; "pause-tube" for a name
+    over 200 bytes or starting with '-'. None: the error is not counted anywhere.
+    """
 
     reply: bytes
     close: bool = False
+    counts_as: str | None = None
 
 
 # --- Replies (prot.c MSG_*): fixed ones as constants -------------------------------------
@@ -157,8 +167,10 @@ JOB_TOO_BIG = b"JOB_TOO_BIG\r\n"
 
 _E_BAD_FORMAT = ProtocolError(BAD_FORMAT)
 _E_UNKNOWN_COMMAND = ProtocolError(UNKNOWN_COMMAND)
-_E_EXPECTED_CRLF = ProtocolError(EXPECTED_CRLF)
-_E_JOB_TOO_BIG = ProtocolError(JOB_TOO_BIG)
+_E_PUT_BAD_FORMAT = ProtocolError(BAD_FORMAT, False, "put")
+_E_EXPECTED_CRLF = ProtocolError(EXPECTED_CRLF, False, "put")
+_E_JOB_TOO_BIG = ProtocolError(JOB_TOO_BIG, False, "put")
+_E_PAUSE_BAD_FORMAT = ProtocolError(BAD_FORMAT, False, "pause-tube")
 
 
 def inserted(job_id: int) -> bytes:
@@ -347,7 +359,7 @@ def _parse_line(line: bytes, max_job_size: int) -> Command | ProtocolError | _Re
         if size > max_job_size:
             return _Skip(size + 2)
         if m.end() != len(rest):
-            return _E_BAD_FORMAT
+            return _E_PUT_BAD_FORMAT
         return _ReadBody(pri, delay, ttr, size)
 
     if name in ("delete", "reserve-job", "touch", "peek", "kick-job", "stats-job"):
@@ -404,8 +416,10 @@ def _parse_line(line: bytes, max_job_size: int) -> Command | ProtocolError | _Re
     if m is None:
         return _E_BAD_FORMAT
     tube, delay = m[1], int(m[2])
-    if delay > _U32_MAX or len(tube) > MAX_TUBE_NAME_LEN or tube[:1] == b"-":
+    if delay > _U32_MAX:
         return _E_BAD_FORMAT
+    if len(tube) > MAX_TUBE_NAME_LEN or tube[:1] == b"-":
+        return _E_PAUSE_BAD_FORMAT  # checked after op_ct++ in prot.c
     return Command(name, (tube.decode("ascii"), delay))
 
 

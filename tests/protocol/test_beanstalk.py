@@ -16,8 +16,10 @@ from haqueue.protocol.beanstalk import (
 
 BAD = ProtocolError(bs.BAD_FORMAT)
 UNKNOWN = ProtocolError(bs.UNKNOWN_COMMAND)
-CRLF_ERR = ProtocolError(bs.EXPECTED_CRLF)
-TOO_BIG = ProtocolError(bs.JOB_TOO_BIG)
+CRLF_ERR = ProtocolError(bs.EXPECTED_CRLF, counts_as="put")
+TOO_BIG = ProtocolError(bs.JOB_TOO_BIG, counts_as="put")
+BAD_PUT = ProtocolError(bs.BAD_FORMAT, counts_as="put")  # junk after the size: still a put
+BAD_PAUSE = ProtocolError(bs.BAD_FORMAT, counts_as="pause-tube")
 # An incomplete next command: must stay buffered, then complete normally.
 TRAILER = b"list-tube-u"
 TRAILER_REST = b"sed\r\n"
@@ -188,7 +190,7 @@ ERRORS = [
     (b"put 0 0 1\r\n", BAD), (b"put -1 0 1 1\r\n", BAD), (b"put 0 0 1 +1\r\n", BAD),
     (b"put 4294967296 0 1 1\r\n", BAD), (b"put 0 4294967296 1 1\r\n", BAD),
     (b"put 0 0 4294967296 1\r\n", BAD), (b"put 0 0 1 4294967296\r\n", BAD),
-    (b"put 0 0 1 1 \r\n", BAD), (b"put\t0 0 1 1\r\n", UNKNOWN), (b"put 0 0 1 1 x\r\n", BAD),
+    (b"put 0 0 1 1 \r\n", BAD_PUT), (b"put\t0 0 1 1\r\n", UNKNOWN), (b"put 0 0 1 1 x\r\n", BAD_PUT),
     # tube names
     (b"use \r\n", BAD), (b"use  foo\r\n", BAD), (b"use foo \r\n", BAD), (b"use -foo\r\n", BAD),
     (b"use foo!\r\n", BAD), (b"use foo bar\r\n", BAD), (b"use " + b"u" * 201 + b"\r\n", BAD),
@@ -197,8 +199,9 @@ ERRORS = [
     # pause-tube
     (b"pause-tube\r\n", BAD), (b"pause-tube default\r\n", BAD), (b"pause-tube default1\r\n", BAD),
     (b"pause-tube default 1 2\r\n", BAD), (b"pause-tube default\t1\r\n", BAD),
-    (b"pause-tube default 4294967296\r\n", BAD), (b"pause-tube -x 1\r\n", BAD),
-    (b"pause-tube foo! 1\r\n", BAD), (b"pause-tube " + b"c" * 201 + b" 1\r\n", BAD),
+    (b"pause-tube default 4294967296\r\n", BAD), (b"pause-tube -x 1\r\n", BAD_PAUSE),
+    (b"pause-tube foo! 1\r\n", BAD), (b"pause-tube " + b"c" * 201 + b" 1\r\n", BAD_PAUSE),
+    (b"pause-tube -x 4294967296\r\n", BAD),
     # reserve-with-timeout only fails on long overflow
     (b"reserve-with-timeout 9223372036854775808\r\n", BAD),
     (b"reserve-with-timeout -9223372036854775809\r\n", BAD),
@@ -219,7 +222,7 @@ def test_no_protocol_error_closes_the_connection():
 
 
 def test_put_rejected_for_bad_format_reads_no_body():
-    assert_parses(b"put 0 0 1 6 x\r\nhello\r\n", [BAD, UNKNOWN])
+    assert_parses(b"put 0 0 1 6 x\r\nhello\r\n", [BAD_PUT, UNKNOWN])
 
 
 # --- put bodies --------------------------------------------------------------------------
@@ -479,3 +482,28 @@ def test_codec_verdicts_match_real_beanstalkd_1_12(real_servers):
             assert replies[-1] == bs.NOT_FOUND, (data, replies)
         checked += 1
     assert checked > 140  # all but the blocking and closing cases
+
+
+def _cmd_counts(conn, names: tuple[str, ...]) -> dict[str, int]:
+    conn.send(b"stats\r\n")
+    body = conn.recv_reply().decode()
+    return {name: int(body.split(f"\ncmd-{name}: ", 1)[1].split("\n", 1)[0]) for name in names}
+
+
+def test_counts_as_matches_real_beanstalkd_cmd_stats(real_servers):
+    from tests.support.servers import RawConn
+
+    server = real_servers[100]
+    cases = [data for data, event in ERRORS if isinstance(event, ProtocolError)] + [
+        b"put 0 0 1 101\r\n" + b"z" * 103, b"put 0 0 1 1\r\nxyz", b"pause-tube -x 4294967296\r\n"]
+    verbs = ("put", "pause-tube")
+    with RawConn(server.host, server.port, timeout=3) as conn:
+        for data in cases:
+            events = parse_whole(data, 100)
+            assert all(isinstance(e, ProtocolError) for e in events), data
+            before = _cmd_counts(conn, verbs)
+            conn.send(data)
+            conn.recv_replies(len(events))
+            after = _cmd_counts(conn, verbs)
+            expected = {verb: sum(e.counts_as == verb for e in events) for verb in verbs}
+            assert {v: after[v] - before[v] for v in verbs} == expected, data

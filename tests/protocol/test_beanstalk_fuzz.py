@@ -93,7 +93,7 @@ def reference_events(stream: bytes, reads: list[int], max_job_size: int) -> list
         job = bytes(in_job)
         in_job, in_job_read, state = None, 0, "command"
         if job[-2:] != b"\r\n":
-            events.append(ProtocolError(bs.EXPECTED_CRLF))
+            events.append(ProtocolError(bs.EXPECTED_CRLF, counts_as="put"))
         else:
             events.append(Command("put", put_args + (job[:-2],)))
 
@@ -110,7 +110,7 @@ def reference_events(stream: bytes, reads: list[int], max_job_size: int) -> list
             bucket = result.count
             fill_extra_data()
             if bucket == 0:
-                events.append(ProtocolError(bs.JOB_TOO_BIG))
+                events.append(ProtocolError(bs.JOB_TOO_BIG, counts_as="put"))
             else:
                 state = "bitbucket"
         else:
@@ -139,7 +139,7 @@ def reference_events(stream: bytes, reads: list[int], max_job_size: int) -> list
                 break
             bucket -= len(data)
             if bucket == 0:
-                events.append(ProtocolError(bs.JOB_TOO_BIG))
+                events.append(ProtocolError(bs.JOB_TOO_BIG, counts_as="put"))
                 state = "command"
         else:  # data
             data = read(len(in_job) - in_job_read)
@@ -206,6 +206,7 @@ def assert_only_events(events: list) -> None:
             assert event.reply in (bs.BAD_FORMAT, bs.UNKNOWN_COMMAND, bs.EXPECTED_CRLF,
                                    bs.JOB_TOO_BIG)
             assert event.close is False
+            assert event.counts_as in (None, "put", "pause-tube")
         else:
             for arg in event.args:
                 assert type(arg) in (int, str, bytes)
@@ -243,4 +244,5 @@ def test_reference_port_reproduces_known_server_answers():
     too_long = b"x" * 223 + b"\r\nstats\r\n"
     assert reference_events(too_long, [7] * 100, 65535) == [ProtocolError(bs.BAD_FORMAT)]
     big = b"put 0 0 1 10\r\n" + b"z" * 12 + b"stats\r\n"
-    assert reference_events(big, [3] * 100, 5) == [ProtocolError(bs.JOB_TOO_BIG), Command("stats")]
+    assert reference_events(big, [3] * 100, 5) == [ProtocolError(bs.JOB_TOO_BIG, counts_as="put"),
+                                                   Command("stats")]
