@@ -130,6 +130,25 @@ def gen_keepalived(ctx: click.Context, config_path: str, output: str, node_id: s
     emit(keepalived.render(cluster, node_id, made_by(ctx)), output)
 
 
+@ops.command("gen-lvs")
+@config_option
+@output_option
+@node_option
+@click.option(
+    "--mode",
+    type=click.Choice(["dr", "tun", "nat"]),
+    help="LVS forwarding method (default: [lvs] mode in the cluster file, else dr).",
+)
+@click.pass_context
+@one_line_errors(ClusterFileError)
+def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | None, mode: str | None) -> None:
+    """Render an LVS director pair's keepalived.conf and the real-server scripts."""
+    from haqueue.ops import lvs
+
+    cluster = load(config_path)
+    emit(lvs.render(cluster, node_id, mode, made_by(ctx)), output)
+
+
 # -- the other half of the group: gen-sysctl, gen-bonding, check ------------
 # Written in parallel in haqueue/cli/ops_host.py; skipped only while that
 # module does not exist yet (any other import problem is a real bug and raises).
