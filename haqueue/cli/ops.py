@@ -149,6 +149,20 @@ def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | No
     emit(lvs.render(cluster, node_id, mode, made_by(ctx)), output)
 
 
+@ops.command("gen-systemd")
+@config_option
+@output_option
+@node_option
+@click.pass_context
+@one_line_errors(ClusterFileError)
+def gen_systemd(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
+    """Render haqueue.service and a keepalived drop-in (start-up delay, restarts) per node."""
+    from haqueue.ops import systemd
+
+    cluster = load(config_path)
+    emit(systemd.render(cluster, node_id, made_by(ctx)), output)
+
+
 # -- the other half of the group: gen-sysctl, gen-bonding, check ------------
 # Written in parallel in haqueue/cli/ops_host.py; skipped only while that
 # module does not exist yet (any other import problem is a real bug and raises).

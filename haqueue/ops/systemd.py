@@ -1,0 +1,164 @@
+"""systemd units for a queue node: haqueue.service, and a keepalived.service drop-in.
+
+Owns `gen-systemd`'s output, per node:
+- `haqueue-ID.service` (install as /etc/systemd/system/haqueue.service): runs
+  `haqueue serve --config FILE --node ID -b DATA_DIR` as an unprivileged user,
+  restarts it always, and confines it (read-only system, its data dir the only
+  writable path, no devices, no privilege gain).
+- `keepalived-haqueue-ID.conf` (install as
+  /etc/systemd/system/keepalived.service.d/haqueue.conf): orders keepalived
+  after haqueue, delays its start until haqueue answers /health plus a settle
+  time (the seed's advice: a rebooted node must not act on VRRP before the
+  network and the service are up), and restarts keepalived always.
+
+Why `Restart=always` for keepalived: SIGTERM makes keepalived release the VIP
+and exit cleanly, and with leadership unchanged no other node takes it (they
+are FAULT), so the VIP is gone until keepalived runs again on the leader;
+`on-failure` would not restart after that clean exit. SIGKILL leaves the VIP
+on the node unmanaged; a restart puts keepalived back in charge (it starts in
+FAULT and removes the VIP unless the check says this node leads).
+
+Rules: deterministic text; paths and users from the cluster file's [deploy]
+and [keepalived] tables (validated there: no spaces or quotes to escape).
+"""
+
+from __future__ import annotations
+
+from haqueue.cluster import Cluster, Node
+from haqueue.ops.render import RenderedFile, header
+
+STATE_ROOT = "/var/lib/"
+HEALTH_WAIT = 60  # seconds keepalived waits for haqueue's admin port at most
+PRIVILEGED_PORTS = 1024
+
+
+def unit_file(node: Node) -> str:
+    return f"haqueue-{node.id}.service"
+
+
+def dropin_file(node: Node) -> str:
+    return f"keepalived-haqueue-{node.id}.conf"
+
+
+def _num(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def render_unit(cluster: Cluster, node: Node, command: str) -> str:
+    d = cluster.deploy
+    data_dir = cluster.data_dir_of(node)
+    if data_dir.startswith(STATE_ROOT):
+        # systemd creates it owned by User= and makes it writable under ProtectSystem=strict.
+        storage = [
+            f"StateDirectory={data_dir[len(STATE_ROOT):]}",
+            "StateDirectoryMode=0750",
+        ]
+    else:
+        storage = [
+            f"# {data_dir} is outside /var/lib: create it, owned by {d.user}, before the first start.",
+            f"ReadWritePaths={data_dir}",
+        ]
+    low_ports = sorted(
+        {p for p in (node.client_port, node.raft_port, node.admin_port) if p < PRIVILEGED_PORTS}
+    )
+    if low_ports:
+        caps = [
+            f"# Port(s) {', '.join(map(str, low_ports))} below 1024: only this capability, nothing else.",
+            "CapabilityBoundingSet=CAP_NET_BIND_SERVICE",
+            "AmbientCapabilities=CAP_NET_BIND_SERVICE",
+        ]
+    else:
+        caps = ["CapabilityBoundingSet="]
+    lines = [
+        "[Unit]",
+        f"Description=haqueue node {node.id} of cluster {cluster.name} (beanstalkd protocol, Raft-replicated)",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "# Keep restarting for as long as it takes: a node that gives up is one vote less.",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=exec",
+        f"User={d.user}",
+        f"Group={d.user}",
+        f"ExecStart={d.haqueue_bin} serve --config {d.config_path} --node {node.id} -b {data_dir}",
+        "Restart=always",
+        "RestartSec=1",
+        "# SIGTERM: haqueue closes its client listener and connections, then exits.",
+        "TimeoutStopSec=15",
+        "# One descriptor per client connection.",
+        "LimitNOFILE=65536",
+        *storage,
+        "UMask=0027",
+        "# Hardening: haqueue needs its data directory and the network, nothing else.",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "PrivateDevices=yes",
+        "ProtectKernelTunables=yes",
+        "ProtectKernelModules=yes",
+        "ProtectKernelLogs=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "RestrictNamespaces=yes",
+        "RestrictRealtime=yes",
+        "RestrictSUIDSGID=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        *caps,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    head = header(command, install=f"/etc/systemd/system/haqueue.service on {node.id} ({node.address})")
+    return head + "\n".join(lines) + "\n"
+
+
+def render_dropin(cluster: Cluster, node: Node, command: str) -> str:
+    k = cluster.keepalived
+    health = f"http://{node.address}:{node.admin_port}/health"
+    tries = round(HEALTH_WAIT / 0.2)
+    # `$$` is systemd's escape for a literal `$` handed to the shell.
+    wait = (
+        f"ExecStartPre=/bin/sh -c 'i=0; while [ $$i -lt {tries} ]; do"
+        f" /usr/bin/curl -fs --max-time 1 -o /dev/null {health} && exit 0;"
+        " i=$$((i + 1)); sleep 0.2; done;"
+        " echo \"haqueue does not answer on its admin port; starting keepalived anyway (it stays FAULT)\" >&2'"
+    )
+    lines = [
+        "[Unit]",
+        "# After haqueue, and wanting it; not Requires=/BindsTo=: keepalived must keep",
+        "# running when haqueue stops, so that the leader check fails and the VIP is released.",
+        "After=haqueue.service",
+        "Wants=haqueue.service",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "# Start-up delay: wait (at most "
+        f"{HEALTH_WAIT} s) until haqueue answers /health, then settle for",
+        f"# {_num(k.start_delay)} s ([keepalived] start_delay), so a rebooted node's interfaces,",
+        "# routes and haqueue are up before VRRP runs. The leader check (init_fail) already",
+        "# keeps this node FAULT until haqueue says it leads; the delay is a second fence.",
+        wait,
+        *([f"ExecStartPre=/bin/sleep {_num(k.start_delay)}"] if k.start_delay > 0 else []),
+        f"TimeoutStartSec={HEALTH_WAIT + int(k.start_delay) + 30}",
+        "# Always restart, also after a clean exit: SIGTERM makes keepalived release the VIP",
+        "# and exit 0, and no other node takes the VIP while leadership is unchanged.",
+        "# SIGKILL leaves the VIP here unmanaged until keepalived is back.",
+        "Restart=always",
+        "RestartSec=1",
+    ]
+    install = f"/etc/systemd/system/keepalived.service.d/haqueue.conf on {node.id} ({node.address})"
+    return header(command, install=install) + "\n".join(lines) + "\n"
+
+
+def render(cluster: Cluster, node_id: str | None, command: str) -> list[RenderedFile]:
+    nodes = (cluster.node(node_id),) if node_id else cluster.nodes
+    files = []
+    for node in nodes:
+        files.append(RenderedFile(unit_file(node), render_unit(cluster, node, command)))
+        files.append(RenderedFile(dropin_file(node), render_dropin(cluster, node, command)))
+    return files
