@@ -2,7 +2,10 @@
 
 Rules: servers run one at a time (start, measure, stop), so on a small machine an
 idle server never takes CPU from the one being measured. Both runs use the same
-LoadSpec apart from the address, so their figures can be divided.
+LoadSpec apart from the address, so their figures can be divided. With `repeat`,
+the servers take turns (A B A B ...), each run on a fresh server, and each
+server's runs are pooled: a slow minute on a shared machine then hurts both
+sides alike instead of the one that happened to run in it.
 """
 
 from __future__ import annotations
@@ -10,17 +13,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 from haqueue.bench.load import LoadSpec
-from haqueue.bench.report import RunResult
+from haqueue.bench.report import RunResult, pool
 from haqueue.bench.runner import run
 from haqueue.bench.servers import started
 
 
-def bench_servers(spec: LoadSpec, kinds: list[str], durable: bool) -> list[RunResult]:
-    """For each kind in order: start a fresh server, run `spec` against it, stop it."""
-    results = []
-    for kind in kinds:
-        with started(kind, durable) as server:
-            result = run(replace(spec, host=server.host, port=server.port))
-            result.server = kind
-            results.append(result)
-    return results
+def bench_servers(
+    spec: LoadSpec, kinds: list[str], durable: bool, repeat: int = 1
+) -> list[RunResult]:
+    """`repeat` rounds of: for each kind, start a fresh server, run `spec`, stop it."""
+    results: dict[int, list[RunResult]] = {i: [] for i in range(len(kinds))}
+    for _ in range(repeat):
+        for i, kind in enumerate(kinds):
+            with started(kind, durable) as server:
+                result = run(replace(spec, host=server.host, port=server.port))
+                result.server = kind
+                results[i].append(result)
+    return [pool(results[i]) for i in range(len(kinds))]
+
+
+def bench_address(spec: LoadSpec, repeat: int = 1) -> RunResult:
+    """`repeat` runs against the one address in `spec`, pooled."""
+    return pool([run(spec) for _ in range(repeat)])

@@ -74,6 +74,7 @@ class RunResult:
     put_latency: Latencies = field(default_factory=Latencies)
     e2e_latency: Latencies = field(default_factory=Latencies)
     totals: dict[str, int] = field(default_factory=dict)
+    runs: list[float] = field(default_factory=list)  # jobs/s of each pooled run
 
     @property
     def puts_per_s(self) -> float:
@@ -109,7 +110,28 @@ class RunResult:
             },
             "latency_ms": self.latency_summaries(),
             "totals": dict(self.totals),
+            "jobs_per_s_of_each_run": [round(r, 1) for r in self.runs or [self.jobs_per_s]],
         }
+
+
+def pool(results: list[RunResult]) -> RunResult:
+    """Several runs of one workload against one server as one: counts, seconds and
+    latency samples add up, so the pooled rate is total jobs / total measured time."""
+    first = results[0]
+    out = RunResult(workload=first.workload, address=first.address, server=first.server)
+    for r in results:
+        out.measured_puts += r.measured_puts
+        out.measured_cycles += r.measured_cycles
+        out.put_seconds += r.put_seconds
+        out.cycle_seconds += r.cycle_seconds
+        out.put_latency.extend(r.put_latency)
+        out.e2e_latency.extend(r.e2e_latency)
+        for k, v in r.totals.items():
+            out.totals[k] = out.totals.get(k, 0) + v
+        out.runs.extend(r.runs or [r.jobs_per_s])
+    if len({r.address for r in results}) > 1:
+        out.address = "(fresh each run)"
+    return out
 
 
 @dataclass
@@ -189,6 +211,14 @@ def format_runs(runs: list[RunResult], headline: str) -> str:
                 ]
             )
             first = False
+    spread = [
+        f"{run.server or run.address}: " + ", ".join(f"{r:,.0f}" for r in run.runs)
+        for run in runs
+        if len(run.runs) > 1
+    ]
+    if spread:
+        rows_text = _table(header, rows)
+        return "\n".join([headline, rows_text, f"{rate} of each run: " + "; ".join(spread)])
     return headline + "\n" + _table(header, rows)
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import click
 
-from haqueue.bench.compare import bench_servers
+from haqueue.bench.compare import bench_address, bench_servers
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
 from haqueue.bench.report import format_memory, format_runs, to_json
-from haqueue.bench.runner import run
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -45,6 +44,8 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
                    "0: no limit].")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Load processes, each running a share of the connections.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per server, taking turns with --compare; figures pooled.")
 @click.option("--timeout", type=_POSITIVE, default=10.0, show_default=True, metavar="SECONDS",
               help="Fail when the server sends nothing for this long.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -75,6 +76,7 @@ def bench(
     warmup: float,
     backlog: int | None,
     processes: int,
+    repeat: int,
     timeout: float,
     json_path: str | None,
     server: str | None,
@@ -126,9 +128,13 @@ def bench(
             click.echo(format_memory(memory))
             runs = []
         else:
-            runs = bench_servers(spec, kinds, durable) if kinds else [run(spec)]
+            if kinds:
+                runs = bench_servers(spec, kinds, durable, repeat)
+            else:
+                spec.validate()
+                runs = [bench_address(spec, repeat)]
             memory = []
-            click.echo(format_runs(runs, _headline(spec, durable if kinds else None)))
+            click.echo(format_runs(runs, _headline(spec, durable if kinds else None, repeat)))
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
     if json_path is not None:
@@ -148,6 +154,7 @@ def bench(
             "jobs": spec.jobs,
             "warmup": spec.warmup,
             "processes": spec.processes,
+            "repeat": repeat,
             "memory_jobs": memory_jobs,
         }
         try:
@@ -159,7 +166,7 @@ def bench(
             ) from None
 
 
-def _headline(spec: LoadSpec, durable: bool | None) -> str:
+def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:
     if spec.workload == "put":
         load = f"put: {spec.connections} connections x window {spec.window}"
     else:
@@ -178,6 +185,8 @@ def _headline(spec: LoadSpec, durable: bool | None) -> str:
         f"measured {' or '.join(stop)} after {spec.warmup:g} s warmup",
         f"{spec.processes} load process{'es' if spec.processes > 1 else ''}",
     ]
+    if repeat > 1:
+        parts.append(f"{repeat} runs per server, pooled")
     if durable is not None:
         parts.append("durable (-b DIR -f0)" if durable else "in memory")
     return ", ".join(parts)

@@ -13,6 +13,7 @@ from haqueue.bench.report import (
     RunResult,
     format_memory,
     format_runs,
+    pool,
     to_json,
 )
 
@@ -98,3 +99,15 @@ def test_memory_table_shows_bytes_per_job_and_ratio():
     lines = format_memory(memory).splitlines()
     assert lines[2].split()[-1] == "200.0"
     assert lines[-1].split() == ["haqueue/beanstalkd", "3.00x"]
+
+
+def test_pooled_runs_add_jobs_and_time_and_keep_each_runs_rate():
+    a = run_result("beanstalkd", 1000, 1.0, 2.0)
+    b = run_result("beanstalkd", 3000, 1.0, 4.0)
+    b.address = "127.0.0.1:2"
+    pooled = pool([a, b])
+    assert pooled.jobs_per_s == 2000.0  # 4000 jobs in 2 s, not the mean of rates by chance
+    assert pooled.runs == [1000.0, 3000.0]
+    assert pooled.put_latency.summary()["p50"] == 4.0
+    assert pooled.address == "(fresh each run)"
+    assert "puts/s of each run: beanstalkd: 1,000, 3,000" in format_runs([pooled], "h")
