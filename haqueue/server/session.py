@@ -144,6 +144,8 @@ class Session(asyncio.Protocol):
             event = queue[0]
             if type(event) is P.ProtocolError:
                 queue.popleft()
+                if event.counts_as is not None:
+                    counters[event.counts_as] += 1
                 self._reply(event.reply)
                 if event.close:
                     self.quitting = True
@@ -181,6 +183,8 @@ class Session(asyncio.Protocol):
             self.abort()
             return
         slot[0] = reply_for(result)
+        if result[0] == "RESERVED":
+            self.is_worker = True  # reserve-job: beanstalkd counts a worker on success only
         self.server.dirty.add(self)
         if self.in_flight == 0 and self.blocked_on_writes:
             self.blocked_on_writes = False
@@ -225,7 +229,6 @@ class Session(asyncio.Protocol):
         self._submit((C.PAUSE_TUBE, name, delay * 1000))
 
     def _reserve_job(self, args) -> None:
-        self.is_worker = True
         self._submit((C.RESERVE_JOB, self.conn_id, args[0]))
 
     # reads ----------------------------------------------------------------
