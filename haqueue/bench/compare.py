@@ -1,4 +1,5 @@
-"""Run one workload against servers bench starts itself, one after the other.
+"""Run one workload against servers bench starts itself, one after the other, or
+against the leader of a running cluster.
 
 Rules: servers run one at a time (start, measure, stop), so on a small machine an
 idle server never takes CPU from the one being measured. Both runs use the same
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from haqueue.bench.cluster import find_leader
 from haqueue.bench.load import LoadSpec
 from haqueue.bench.report import RunResult, pool
 from haqueue.bench.runner import run
@@ -35,3 +37,14 @@ def bench_servers(
 def bench_address(spec: LoadSpec, repeat: int = 1) -> RunResult:
     """`repeat` runs against the one address in `spec`, pooled."""
     return pool([run(spec) for _ in range(repeat)])
+
+
+def bench_cluster(spec: LoadSpec, config_path: str, repeat: int = 1) -> RunResult:
+    """`repeat` runs against whichever node leads the cluster at the start of each run."""
+    results = []
+    for _ in range(repeat):
+        leader, size = find_leader(config_path, spec.timeout)
+        result = run(replace(spec, host=leader.address, port=leader.client_port))
+        result.server = f"haqueue {size}-node"
+        results.append(result)
+    return pool(results)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from haqueue.bench.compare import bench_address, bench_servers
+from haqueue.bench.compare import bench_address, bench_cluster, bench_servers
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
 from haqueue.bench.report import format_memory, format_runs, to_json
@@ -60,8 +60,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
 @click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
-@click.option("--cluster", type=click.Path(), default=None, metavar="CONFIG",
-              help="Bench a 3-node cluster started by `haqueue up` (not yet).")
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
+              help="Bench the leader of the running cluster in this cluster file "
+                   "(`haqueue up` prints it).")
 def bench(
     address: str,
     workload: str,
@@ -90,15 +91,16 @@ def bench(
 
     Every reply is checked; the first unexpected one ends the run with an error.
     """
-    if cluster is not None:
-        raise click.ClickException(_cluster_not_yet())
-    if server and compare:
-        raise click.ClickException("--server and --compare exclude each other")
+    chosen = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster)) if on]
+    if len(chosen) > 1:
+        raise click.ClickException(f"{' and '.join(chosen)} exclude each other")
     kinds = ["beanstalkd", compare_with] if compare else [server] if server else []
     if durable and not kinds:
         raise click.ClickException(
             "--durable applies to servers bench starts: add --server or --compare"
         )
+    if memory_jobs and cluster:
+        raise click.ClickException("--memory starts its own servers: use --server or --compare")
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
     if duration is None and jobs is None:
@@ -130,6 +132,9 @@ def bench(
         else:
             if kinds:
                 runs = bench_servers(spec, kinds, durable, repeat)
+            elif cluster:
+                spec.validate()
+                runs = [bench_cluster(spec, cluster, repeat)]
             else:
                 spec.validate()
                 runs = [bench_address(spec, repeat)]
@@ -190,11 +195,3 @@ def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:
     if durable is not None:
         parts.append("durable (-b DIR -f0)" if durable else "in memory")
     return ", ".join(parts)
-
-
-def _cluster_not_yet() -> str:
-    from haqueue.cli.main import cli
-
-    if "up" not in cli.commands:
-        return "--cluster is not available yet: it needs `haqueue up`, which does not exist yet"
-    return "--cluster is not available yet: bench cannot drive `haqueue up` clusters yet"

@@ -117,7 +117,8 @@ def test_unreachable_address_exits_nonzero_with_one_line():
         (["--workload", "cycle", "--body-size", "8"], "--body-size 8 is too small for cycle"),
         (["--processes", "3", "--connections", "2"], "--connections 2 is fewer than --processes 3"),
         (["--tube", "-x"], "bad tube name '-x'"),
-        (["--cluster", "c.toml"], "--cluster is not available yet"),
+        (["--cluster", "nowhere.toml"], "nowhere.toml: no such file"),
+        (["--cluster", "c.toml", "--compare"], "--compare and --cluster exclude each other"),
     ],
 )
 def test_bad_options_exit_nonzero_with_one_line(args, message, capsys):
