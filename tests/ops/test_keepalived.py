@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import http.server
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from golden_tools import case_cluster, case_config_arg, check_golden
-from keepalived_tools import config_test, netns, require_root_tools
+# Sibling test helpers, importable whether or not tests/ops is a package.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from haqueue.cluster import ClusterFileError, parse_cluster
-from haqueue.ops import keepalived
+from golden_tools import case_cluster, case_config_arg, check_golden  # noqa: E402
+from keepalived_tools import config_test, netns, require_root_tools  # noqa: E402
+
+from haqueue.cluster import ClusterFileError, parse_cluster  # noqa: E402
+from haqueue.ops import keepalived  # noqa: E402
 
 CASES = ("vagrant", "tuned")
 
