@@ -123,7 +123,11 @@ def one_line_errors(*errors: type[Exception]) -> Callable:
 @click.pass_context
 @one_line_errors(ClusterFileError)
 def gen_keepalived(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
-    """Render keepalived.conf per node: collocated VRRP, the VIP follows the Raft leader."""
+    """Render collocated VRRP: keepalived per node.
+
+    One keepalived.conf per queue node (and the shared leader-check script):
+    the VIP follows the Raft leader within about a second.
+    """
     from haqueue.ops import keepalived
 
     cluster = load(config_path)
@@ -142,7 +146,11 @@ def gen_keepalived(ctx: click.Context, config_path: str, output: str, node_id: s
 @click.pass_context
 @one_line_errors(ClusterFileError)
 def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | None, mode: str | None) -> None:
-    """Render an LVS director pair's keepalived.conf and the real-server scripts."""
+    """Render LVS directors and real-server scripts.
+
+    keepalived.conf for the two [[directors]] sharing the VIP, ip_vs forwarding
+    to the leader only; the real-server side of DR, TUN or NAT per node.
+    """
     from haqueue.ops import lvs
 
     cluster = load(config_path)
@@ -156,7 +164,11 @@ def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | No
 @click.pass_context
 @one_line_errors(ClusterFileError)
 def gen_systemd(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
-    """Render haqueue.service and a keepalived drop-in (start-up delay, restarts) per node."""
+    """Render haqueue.service + keepalived drop-in.
+
+    Per node: the hardened haqueue unit, and a keepalived drop-in with a
+    start-up delay after haqueue and Restart=always.
+    """
     from haqueue.ops import systemd
 
     cluster = load(config_path)

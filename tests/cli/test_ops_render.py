@@ -39,6 +39,7 @@ def test_ops_help_lists_every_command_with_one_line_help(capsys):
     listed = {line.split()[0]: line.split(None, 1)[1] for line in commands if line.strip()}
     for name in GENERATORS:
         assert name in listed and listed[name].strip()
+        assert not listed[name].endswith("..."), f"{name}: help cut short in the listing"
     # The other half of the group (cli/ops_host.py), when it is there.
     try:
         import haqueue.cli.ops_host  # noqa: F401
