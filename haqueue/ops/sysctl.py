@@ -404,9 +404,16 @@ def omitted(role: str) -> tuple[Omitted, ...]:
     return _OMITTED_DIRECTOR if role == "director" else _OMITTED_TCP
 
 
+_MODULES_LOAD_NOTE = (
+    "The net.ipv4.vs.* keys below exist only while ip_vs is loaded. At boot "
+    "systemd-modules-load runs before systemd-sysctl, so list ip_vs in "
+    "/etc/modules-load.d/ (ops/install.sh writes haqueue-ip_vs.conf) and they apply."
+)
+
+
 def _notes(role: str, cluster: Cluster) -> tuple[str, ...]:
     if role == "director":
-        return (_conn_tab_note(cluster),)
+        return (_conn_tab_note(cluster), _MODULES_LOAD_NOTE)
     if role == "realserver" and cluster.lvs.mode == "tun":
         return (_TUN_NOTE,)
     if role == "realserver" and cluster.lvs.mode == "nat":
