@@ -34,6 +34,12 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    forwarded put would land for a client that gets no reply, and a forwarded
    RELEASE_ORPHANS would release the new leader's live reservations (I4).
    Such a command fails with NOT_LEADER instead (SyncingTransport).
+8. Live links: pysyncobj drops a connection on the first send after
+   connectionTimeout without reading. Followers never talk to each other
+   while the leader is healthy, so a candidate's first request_vote after the
+   leader died was lost and every failover took a second election round
+   (~1 s instead of ~0.5 s). Each node sends its peers a keepalive every
+   heartbeat, which also makes connectionTimeout a real failure detector.
 
 Threads: pysyncobj applies entries in the tick thread; the asyncio server
 reads the state from its own thread. `state_lock` is held while a batch is
@@ -48,6 +54,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 import pysyncobj.syncobj as _syncobj_module
@@ -95,6 +102,11 @@ def _create_journal(journal_file=None):
 _syncobj_module.createJournal = _create_journal
 
 
+# Any message type pysyncobj does not know is ignored on arrival (also by
+# older haqueue nodes); reading it keeps the link alive.
+KEEPALIVE = {"type": "haqueue-keepalive"}
+
+
 class SyncingTransport(TCPTransport):
     """Syncs the journal before anything leaves the node (Raft: persist, then respond).
 
@@ -102,6 +114,24 @@ class SyncingTransport(TCPTransport):
     command submitted on a non-leader to the leader as `apply_command`; we
     answer it here, locally, as the leader would refuse it (NOT_LEADER).
     """
+
+    def __init__(self, syncObj, selfNode, otherNodes):
+        super().__init__(syncObj, selfNode, otherNodes)
+        self.peers_up: set = set()
+        syncObj.transport = self
+
+    def _onNodeConnected(self, node):
+        self.peers_up.add(node)
+        super()._onNodeConnected(node)
+
+    def _onNodeDisconnected(self, node):
+        self.peers_up.discard(node)
+        super()._onNodeDisconnected(node)
+
+    def keep_alive(self) -> None:
+        """Send every peer a message pysyncobj ignores (point 8 above)."""
+        for node in list(self.peers_up):
+            super().send(node, KEEPALIVE)
 
     def send(self, node, message):
         kind = message.get("type")
@@ -187,6 +217,8 @@ class ReplicatedQueue(SyncObj):
         self._partners = list(partner_addresses)
         self._submitted = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
+        self._keepalive_period = timing.heartbeat
+        self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
         conf = SyncObjConf(
             autoTick=False,
             appendEntriesUseBatch=False,  # True makes every commit wait for a heartbeat
@@ -248,9 +280,14 @@ class ReplicatedQueue(SyncObj):
         return not self._partners and self.raftCommitIndex < self._SyncObj__getCurrentLogIndex()
 
     def _run(self) -> None:
+        next_keepalive = 0.0
         while not self._stopping.is_set():
             try:
                 self.doTick(0.0 if self._work_waiting() else 0.02)
+                now = time.monotonic()
+                if now >= next_keepalive and self.transport is not None:
+                    next_keepalive = now + self._keepalive_period
+                    self.transport.keep_alive()
                 journal = self.journal
                 if journal is not None:
                     if not self.policy.durable:
