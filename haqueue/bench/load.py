@@ -135,23 +135,23 @@ class LoadSpec:
         def part(total: int, i: int) -> int:
             return total // k + (1 if i < total % k else 0)
 
-        out = []
-        for i in range(k):
-            out.append(
-                replace(
-                    self,
-                    processes=1,
-                    connections=part(self.connections, i),
-                    producers=part(self.producers, i),
-                    consumers=part(self.consumers, i),
-                    jobs=None if self.jobs is None else part(self.jobs, i),
-                    backlog=None if self.backlog is None else max(1, part(self.backlog, i))
-                    if self.backlog
-                    else self.backlog,
-                    tube=f"{self.tube}-{i}" if self.workload == "cycle" else self.tube,
-                )
+        def part_or_keep(total: int | None, i: int) -> int | None:
+            # None (no budget / default backlog) and 0 (unbounded) mean the same per share.
+            return total if not total else max(1, part(total, i))
+
+        return [
+            replace(
+                self,
+                processes=1,
+                connections=part(self.connections, i),
+                producers=part(self.producers, i),
+                consumers=part(self.consumers, i),
+                jobs=None if self.jobs is None else part(self.jobs, i),
+                backlog=part_or_keep(self.backlog, i),
+                tube=f"{self.tube}-{i}" if self.workload == "cycle" else self.tube,
             )
-        return out
+            for i in range(k)
+        ]
 
 
 @dataclass
@@ -563,8 +563,6 @@ async def _run_share(spec: LoadSpec, ready: Callable[[], Awaitable[int]] | None)
             consumer.start()
         for producer in producers:
             producer.top_up()
-        if not producers:
-            run.check_done()
         await run.done
         return run.result()
     finally:

@@ -34,6 +34,8 @@ def _worker(spec: LoadSpec, pipe: multiprocessing.connection.Connection) -> None
     async def ready() -> int:
         pipe.send(("ready", None))
         message, t_start = await asyncio.get_running_loop().run_in_executor(None, pipe.recv)
+        if message != "go":
+            raise BenchError(f"load process told {message!r} instead of go")
         return t_start
 
     try:

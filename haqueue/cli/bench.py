@@ -7,6 +7,11 @@ as one line with a non-zero exit (imported from click, not main, to avoid an imp
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
 import click
 
 from haqueue.bench.compare import bench_address, bench_cluster, bench_servers
@@ -103,6 +108,10 @@ def bench(
         raise click.ClickException("--memory starts its own servers: use --server or --compare")
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
+    if json_path is not None:
+        folder = os.path.dirname(os.path.abspath(json_path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise click.ClickException(f"cannot write {json_path}: {folder} is not a writable directory")
     if duration is None and jobs is None:
         duration = 5.0
     try:
@@ -124,51 +133,70 @@ def bench(
             processes=processes,
             timeout=timeout,
         )
-        if memory_jobs:
-            spec.validate()
-            memory = measure_memory(spec, kinds, durable, memory_jobs)
-            click.echo(format_memory(memory))
-            runs = []
-        else:
-            if kinds:
-                runs = bench_servers(spec, kinds, durable, repeat)
-            elif cluster:
-                spec.validate()
-                runs = [bench_cluster(spec, cluster, repeat)]
+        spec.validate()
+        with _sigterm_as_interrupt():
+            if memory_jobs:
+                memory = measure_memory(spec, kinds, durable, memory_jobs)
+                runs = []
+                click.echo(format_memory(memory))
             else:
-                spec.validate()
-                runs = [bench_address(spec, repeat)]
-            memory = []
-            click.echo(format_runs(runs, _headline(spec, durable if kinds else None, repeat)))
+                if kinds:
+                    runs = bench_servers(spec, kinds, durable, repeat)
+                elif cluster:
+                    runs = [bench_cluster(spec, cluster, repeat)]
+                else:
+                    runs = [bench_address(spec, repeat)]
+                memory = []
+                click.echo(format_runs(runs, _headline(spec, durable if kinds else None, repeat)))
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
     if json_path is not None:
-        settings = {
-            "workload": spec.workload,
-            "address": None if kinds else spec.address,
-            "servers": kinds or None,
-            "durable": durable,
-            "tube": spec.tube,
-            "connections": spec.connections if spec.workload == "put" else None,
-            "producers": spec.producers if spec.workload == "cycle" else None,
-            "consumers": spec.consumers if spec.workload == "cycle" else None,
-            "window": spec.window,
-            "backlog": spec.backlog_cap if spec.workload == "cycle" else None,
-            "body_size": spec.body_size,
-            "duration": spec.duration,
-            "jobs": spec.jobs,
-            "warmup": spec.warmup,
-            "processes": spec.processes,
-            "repeat": repeat,
-            "memory_jobs": memory_jobs,
-        }
-        try:
-            with open(json_path, "w", encoding="utf-8") as f:
-                f.write(to_json(settings, runs, memory))
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot write {json_path}: {exc.strerror or exc}"
-            ) from None
+        _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory)
+
+
+def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory) -> None:
+    settings = {
+        "workload": spec.workload,
+        "address": None if kinds else spec.address,
+        "servers": kinds or None,
+        "durable": durable,
+        "tube": spec.tube,
+        "connections": spec.connections if spec.workload == "put" else None,
+        "producers": spec.producers if spec.workload == "cycle" else None,
+        "consumers": spec.consumers if spec.workload == "cycle" else None,
+        "window": spec.window,
+        "backlog": spec.backlog_cap if spec.workload == "cycle" else None,
+        "body_size": spec.body_size,
+        "duration": spec.duration,
+        "jobs": spec.jobs,
+        "warmup": spec.warmup,
+        "processes": spec.processes,
+        "repeat": repeat,
+        "memory_jobs": memory_jobs,
+    }
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(to_json(settings, runs, memory))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends bench as Ctrl-C does, so the servers it started are stopped by PID."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:

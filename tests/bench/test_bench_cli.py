@@ -118,6 +118,7 @@ def test_unreachable_address_exits_nonzero_with_one_line():
         (["--processes", "3", "--connections", "2"], "--connections 2 is fewer than --processes 3"),
         (["--tube", "-x"], "bad tube name '-x'"),
         (["--cluster", "nowhere.toml"], "nowhere.toml: no such file"),
+        (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json: /nonexistent is"),
         (["--cluster", "c.toml", "--compare"], "--compare and --cluster exclude each other"),
     ],
 )

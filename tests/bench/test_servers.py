@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -58,3 +61,31 @@ def test_haqueue_command_is_python_m_haqueue_serve_with_beanstalkd_flags():
         sys.executable, "-m", "haqueue", "serve", "-l", "127.0.0.1", "-p", "4000", "-b", "/d", "-f0"
     ]
     assert servers.server_command("beanstalkd", 4000, None)[1:] == ["-l", "127.0.0.1", "-p", "4000"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_compare_stops_the_servers_it_started(sig):
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "haqueue", "bench", "--compare", "--compare-with", "beanstalkd",
+         "--duration", "30", "--warmup", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    servers_seen: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 10
+        while not servers_seen and time.monotonic() < deadline:
+            servers_seen = [p for p in psutil.Process(bench.pid).children() if p.name() == "beanstalkd"]
+            time.sleep(0.02)  # polling for the child, bounded by the deadline
+        assert servers_seen, "bench never started beanstalkd"
+        bench.send_signal(sig)
+        assert bench.wait(10) != 0
+        assert bench.stderr.read().decode().strip().splitlines()[-1] == "haqueue: aborted"
+        gone, alive = psutil.wait_procs(servers_seen, timeout=5)
+        assert not alive
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for server in servers_seen:
+            if server.is_running():
+                server.kill()
