@@ -6,6 +6,7 @@ Modules, one concept each:
 - runner   one process or several (multiprocessing), figures merged
 - report   latency percentiles, result records, table and JSON output
 - servers  start/stop beanstalkd and haqueue on free loopback ports
-- compare  the same workload against each started server in turn
+- compare  the same workload against each started server in turn, or a cluster's leader
+- cluster  find the leader of a running cluster from its cluster file
 - memory   resident bytes per queued job, read by PID
 """

@@ -211,7 +211,7 @@ def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:
     if spec.duration is not None:
         stop.append(f"{spec.duration:g} s")
     if spec.jobs is not None:
-        stop.append(f"{spec.jobs:,} puts")
+        stop.append(f"{spec.jobs:,} put{'s' if spec.jobs != 1 else ''}")
     parts = [
         load,
         f"{spec.body_size} B bodies",
