@@ -115,8 +115,8 @@ def _connection_bursts() -> Section:
             ),
             Setting(
                 "net.ipv4.tcp_max_syn_backlog", "40960",
-                "Half-open connections queued per listener during the same burst "
-                "(default 128..2048 by RAM).",
+                "Half-open connections queued per listener during the same burst (the "
+                "kernel sizes the default from RAM, e.g. 2048).",
             ),
             Setting(
                 "net.ipv4.tcp_syncookies", "1",
