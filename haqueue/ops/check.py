@@ -295,7 +295,8 @@ def _vip_rows(cluster: Cluster, member: Node, role: str, facts: HostFacts, lvs_m
     name = f"vip {vip.ip}"
     holders = facts.holders(vip.ip)
     on_iface = [a for ifname, a in holders if ifname == member.interface]
-    on_lo = [a for ifname, a in holders if ifname == "lo"]
+    # A one-host lab puts its nodes on lo: there lo *is* the member's interface.
+    on_lo = [a for ifname, a in holders if ifname == "lo" and member.interface != "lo"]
     others = sorted({ifname for ifname, _ in holders if ifname not in (member.interface, "lo")})
     rows: list[Row] = []
     if others:

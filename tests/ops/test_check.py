@@ -178,6 +178,21 @@ def test_director_reports_vrrp_state_and_whether_ip_vs_has_the_virtual_server():
     assert rows_by_check(check.evaluate(cluster, director, "director", f))["ip_vs"][0] == FAIL
 
 
+def test_one_host_lab_on_lo_holds_the_vip_on_its_own_interface():
+    text = cluster_text().replace(f'vip = "{VIP}/24"', 'vip = "127.0.0.100/8"')
+    text = text.replace('interface = "eth1"', 'interface = "lo"')
+    for i in (11, 12, 13):
+        text = text.replace(f'"198.18.0.{i}"', f'"127.0.0.{i}"')
+    cluster = parse_cluster(text)
+    lo = Link("lo", True, "UNKNOWN", None, tuple(ipaddress.IPv4Interface(a) for a in
+                                                 ("127.0.0.1/8", "127.0.0.11/8", "127.0.0.100/8")))
+    f = HostFacts(links={"lo": lo}, sysctls={}, keepalived=Keepalived((1,), 0),
+                  leader=LeaderProbe("leader", "GET"))
+    rows = check.evaluate(cluster, cluster.nodes[0], "node", f)
+    vip_rows = [r for r in rows if r.check == "vip 127.0.0.100"]
+    assert [(r.status, r.detail) for r in vip_rows] == [(OK, "present on lo; this node is the leader")]
+
+
 def test_members_role_defaults_from_the_cluster_file():
     plain, lvs = parse_cluster(cluster_text()), parse_cluster(cluster_text(directors=True))
     assert check.default_role(plain, plain.nodes[0]) == "node"

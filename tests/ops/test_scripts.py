@@ -9,6 +9,7 @@ the units it placed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -129,8 +130,6 @@ def test_realserver_arp_puts_the_vip_on_lo_arp_quiet_and_ops_check_agrees(tmp_pa
         status = in_netns(ns, [script, "status", VIP])
         assert status.returncode == 0, status.stdout
         report = ops_in_netns(ns, "check", "--config", str(cluster), "--json")
-        import json
-
         rows = {r["check"]: r for r in json.loads(report.stdout)["rows"]}
         assert rows[f"vip {VIP}"]["status"] == "OK"
         for key in ("all.arp_ignore", "lo.arp_ignore", "all.arp_announce", "lo.arp_announce"):
