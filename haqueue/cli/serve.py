@@ -183,7 +183,7 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
     except ClusterFileError as exc:
         raise HaqueueError(str(exc)) from None
     return NodeOptions(
-        listen=Listen(host=me.address, port=me.client_port),
+        listen=Listen(host=me.address, port=me.client_port, vip=cluster.vip_address),
         raft_address=me.raft_endpoint,
         raft_partners=[peer.raft_endpoint for peer in cluster.peers_of(node_id)],
         data_dir=data_dir or me.data_dir,

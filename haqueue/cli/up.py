@@ -47,6 +47,8 @@ def up(workdir, nodes, port, fsync_ms, run_for) -> None:
                        f"clients {member.client_endpoint}, admin {member.admin_url}, "
                        f"log {cluster.nodes[member.id].log_path}")
         click.echo(f"leader: {leader.id} — connect a beanstalkd client to {leader.client_endpoint}")
+        click.echo(f"or to the cluster's VIP {spec.vip_address}:{spec.client_port}, which the leader "
+                   "also serves (on loopback no keepalived is needed to move it)")
         click.echo(f"try a failover: kill -9 {cluster.nodes[leader.id].process.pid}")
         click.echo(f"status: haqueue cluster status --config {cluster.config_path}")
         current = leader.id

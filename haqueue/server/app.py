@@ -35,6 +35,8 @@ from haqueue.server.tubes import TubeDirectory
 
 log = logging.getLogger(__name__)
 
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+
 
 @dataclass
 class Listen:
@@ -44,6 +46,10 @@ class Listen:
     port: int = 11300
     unix_path: str | None = None
     sock: socket.socket | None = None
+    # The cluster's virtual IP: the leader listens there too, so clients of
+    # the VIP reach it as soon as keepalived moves the address here. Bound
+    # with IP_FREEBIND, since the address arrives after leadership does.
+    vip: str | None = None
 
     def describe(self) -> str:
         if self.sock is not None:
@@ -86,6 +92,8 @@ class QueueServer:
         self.epoch = 0
         self.conn_serial = 0
         self._listener: asyncio.AbstractServer | None = None
+        self._vip_listener: asyncio.AbstractServer | None = None
+        self._vip_retry: asyncio.TimerHandle | None = None
         self._leader_task: asyncio.Task | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._tick_at: int | None = None
@@ -197,6 +205,29 @@ class QueueServer:
             self._listener = await self.loop.create_server(
                 factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024
             )
+            if listen.vip is not None and listen.vip != listen.host:
+                await self._open_vip_listener()
+
+    async def _open_vip_listener(self) -> None:
+        self._vip_retry = None
+        if not self.serving and self._listener is None:
+            return
+        listen = self.options.listen
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+            sock.bind((listen.vip, listen.port))
+            sock.listen(1024)
+            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock)
+        except OSError as exc:
+            # Another node on this host still holds it (a loopback cluster in
+            # transition): try again shortly, for as long as we lead.
+            sock.close()
+            log.warning("cannot listen on the VIP %s:%d yet: %s", listen.vip, listen.port, exc.strerror)
+            self._vip_retry = self.loop.call_later(
+                0.2, lambda: self.loop.create_task(self._open_vip_listener())
+            )
 
     def _new_session(self) -> Session:
         self.conn_serial += 1
@@ -211,6 +242,12 @@ class QueueServer:
             self._tick_handle.cancel()
             self._tick_handle = None
             self._tick_at = None
+        if self._vip_retry is not None:
+            self._vip_retry.cancel()
+            self._vip_retry = None
+        if self._vip_listener is not None:
+            vip_listener, self._vip_listener = self._vip_listener, None
+            vip_listener.close()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
