@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 import time
@@ -125,8 +126,14 @@ def add_address(ns: str, ifname: str, address: str) -> None:
 
 def set_sysctls(ns: str, values: dict[str, str]) -> None:
     """Write sysctls inside the namespace (only per-namespace keys are visible there)."""
-    args = [f"{k}={v}" for k, v in values.items()]
-    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *args], check=True)
+    for key, value in values.items():
+        path = "/proc/sys/" + key.replace(".", "/")
+        subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", 'printf "%s\n" "$2" > "$1"', "sh", path, value],
+                       check=True)
+
+
+NO_SYSCTL = shutil.which("sysctl") is None
+NO_SYSCTL_REASON = "sysctl(8) is not installed (apt-get install procps)"
 
 
 def in_netns(ns: str, argv: list[str], timeout: float = 20) -> subprocess.CompletedProcess:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from ops_host_testlib import (
+    NO_SYSCTL,
+    NO_SYSCTL_REASON,
     NOT_ROOT,
     NOT_ROOT_REASON,
     REPO,
@@ -111,6 +113,7 @@ def lo_addresses(ns: str) -> set[str]:
 
 
 @needs_root
+@pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
 def test_realserver_arp_puts_the_vip_on_lo_arp_quiet_and_ops_check_agrees(tmp_path):
     cluster = tmp_path / "cluster.toml"
     cluster.write_text(
@@ -146,6 +149,7 @@ def mtu(ns: str, ifname: str) -> int:
 
 
 @needs_root
+@pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
 def test_tunnel_lowers_the_mtu_by_the_ipip_header_or_refuses_without_ipip():
     script = str(OPS / "tunnel.sh")
     with netns() as ns:

@@ -9,6 +9,8 @@ from ops_host_testlib import (
     CLUSTER,
     CLUSTER_ARG,
     GOLDEN,
+    NO_SYSCTL,
+    NO_SYSCTL_REASON,
     NOT_ROOT,
     NOT_ROOT_REASON,
     assert_matches_golden,
@@ -181,6 +183,7 @@ def test_parser_rejects_a_line_without_equals():
 
 
 @pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
+@pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
 @pytest.mark.parametrize("role", sysctl.ROLES)
 def test_procps_sysctl_applies_the_file_inside_a_namespace(role, tmp_path):
     """The real sysctl(8) reads the file; per-namespace keys end up with the rendered values.
