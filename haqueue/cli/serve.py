@@ -159,10 +159,13 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
             raise HaqueueError(f"-b {data_dir}: {exc.strerror}") from None
         if not os.access(data_dir, os.W_OK):
             raise HaqueueError(f"-b {data_dir}: not writable")
+    server = QueueServer(options)
     try:
-        code = asyncio.run(QueueServer(options).run())
+        code = asyncio.run(server.run())
     except _startup_errors() as exc:
         raise HaqueueError(str(exc)) from None
+    if server.fatal:
+        raise HaqueueError(server.fatal)
     if code:
         raise click.exceptions.Exit(code)
 

@@ -176,7 +176,8 @@ class QueueServer:
         self.conn_serial = 0
         self.batcher = Batcher(self.node, self.loop, self._after_entry)
         barrier = self.loop.create_future()
-        self.batcher.submit((C.RELEASE_ORPHANS, (), term), barrier.set_result)
+        self.batcher.submit((C.RELEASE_ORPHANS, (), term),
+                            lambda result: barrier.done() or barrier.set_result(result))
         result = await barrier
         if result is None or not self.node._isLeader() or self.node.raftCurrentTerm != term:
             log.warning("lost leadership before serving (term %d)", term)
@@ -393,6 +394,7 @@ class QueueServer:
             "client_port_open": self._listener is not None,
             "draining": self.draining,
             "connections": len(self.sessions),
+            "internal_errors": self.node.state.internal_errors if self.node is not None else 0,
             **raft,
         }
 

@@ -135,6 +135,7 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
     ]
     # haqueue's own keys, after beanstalkd's.
     pairs.append(("haqueue-version", __version__))
+    pairs.append(("haqueue-internal-errors", state.internal_errors))
     if raft:
         for key, value in raft.items():
             pairs.append((f"raft-{key.replace('_', '-')}", "" if value is None else value))

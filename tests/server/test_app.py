@@ -19,6 +19,11 @@ from tests.support.servers import RawConn, free_port, haqueue, start_haqueue
 def server():
     with haqueue() as srv:
         yield srv
+        if srv.alive():
+            # A bug caught at the core's apply boundary must fail the test that hit it.
+            with RawConn(srv.host, srv.port) as conn:
+                conn.send(b"stats\r\n")
+                assert b"haqueue-internal-errors: 0\n" in conn.recv_until(1)
 
 
 def client(srv, **kw) -> greenstalk.Client:
