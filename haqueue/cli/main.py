@@ -7,6 +7,7 @@ line on stderr naming the problem, and a non-zero exit — never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -21,22 +22,48 @@ class HaqueueError(click.ClickException):
 CONTEXT_SETTINGS = {"help_option_names": ["--help"]}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+class LazyGroup(click.Group):
+    """Imports a command's module only when that command runs.
+
+    keepalived runs `haqueue node is-leader` every second: it should not pay
+    for importing the benchmark, the ops renderers and pysyncobj.
+    """
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        command = super().get_command(ctx, name)
+        if command is None and name in self.lazy:
+            module_name, attr = self.lazy[name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            self.add_command(command, name)
+        return command
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings=CONTEXT_SETTINGS,
+    lazy={
+        "serve": "haqueue.cli.serve:serve",
+        "up": "haqueue.cli.up:up",
+        "cluster": "haqueue.cli.cluster:cluster",
+        "node": "haqueue.cli.node:node",
+        "bench": "haqueue.cli.bench:bench",
+        "ops": "haqueue.cli.ops:ops",
+    },
+)
 @click.version_option(__version__, "--version", prog_name="haqueue")
 def cli() -> None:
     """haqueue: a highly available, beanstalkd-compatible job queue."""
 
 
 def _register() -> None:
-    # Imported here so that each module can import `cli` helpers from this one.
-    from haqueue.cli import bench, cluster, node, ops, serve, up
-
-    cli.add_command(serve.serve)
-    cli.add_command(up.up)
-    cli.add_command(cluster.cluster)
-    cli.add_command(node.node)
-    cli.add_command(bench.bench)
-    cli.add_command(ops.ops)
+    """Commands added eagerly (most are lazy: see the `lazy` table above)."""
 
 
 _register()
