@@ -12,6 +12,11 @@ Script format (tests/differential/scripts/*.txt), one directive per line:
     a>> stats\\r\\nsta    send exactly the text, no CRLF appended
     a< 2                read 2 replies on a (default: 1 reply, 3 s)
     b< 1 within 4       read 1 reply, waiting at most 4 s (for delays, ttr, timeouts)
+    b< 1 within 4 nudging a
+                        the same, sending "peek 0" on a every 0.1 s meanwhile (its
+                        NOT_FOUND replies are swallowed). beanstalkd 1.12 sometimes never
+                        expires the reservation of a connection that stays idle (seen in
+                        about 1 run in 5 here); activity on that connection makes it fire.
     a< closed           expect the server to close a
     a~ close            close a from the client side
     ~ waiting default 1 wait (bounded) until tube default has 1 connection waiting to reserve
@@ -26,7 +31,8 @@ Normalising: job ids become #1, #2... in order of appearance; in stats bodies th
 timing- and host-dependent keys (age, time-left, uptime, rusage-*, pid, hostname, os,
 platform, id of the server, version, binlog-*, pause-time-left) become "*", keys and their
 order are kept, and the OK byte count is recomputed. `~ waiting` polls with stats-tube on
-its own connection, so scripts using it also mask cmd-stats-tube in global stats.
+its own connection, so scripts using it also mask cmd-stats-tube in global stats, and
+scripts that nudge mask cmd-peek for the same reason.
 
 A run never raises for a server's misbehaviour: a timeout or an early close is recorded in
 the transcript (a line starting with "!!") and the run stops there, so the diff shows where
@@ -52,6 +58,7 @@ VOLATILE_KEYS = frozenset({
     "binlog-records-migrated", "binlog-records-written", "binlog-max-size", "pause-time-left",
 })
 SYNC_POLL = 0.01
+NUDGE_EVERY = 0.1
 
 
 class ScriptError(ValueError):
@@ -68,6 +75,7 @@ class Step:
     count: int = 1
     timeout: float = DEFAULT_TIMEOUT
     tube: bytes = b""
+    nudge: str = ""  # a connection to keep active while waiting
 
 
 @dataclass
@@ -78,7 +86,8 @@ class Script:
 
 
 _LINE = re.compile(r"(?P<conn>[a-z][a-z0-9]*)?(?P<op>>>|>|<|~)(?: (?P<rest>.*))?")
-_RECV = re.compile(r"(?P<what>\d+|closed)?(?: within (?P<secs>\d+(?:\.\d+)?))?")
+_RECV = re.compile(r"(?P<what>\d+|closed)?(?: within (?P<secs>\d+(?:\.\d+)?))?"
+                   r"(?: nudging (?P<nudge>[a-z][a-z0-9]*))?")
 _REPEAT = re.compile(r"\{(.*?)\*(\d+)\}")
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|.)")
 _SIMPLE_ESCAPES = {"r": "\r", "n": "\n", "t": "\t", "0": "\0", "\\": "\\"}
@@ -124,6 +133,9 @@ def parse_script(text: str, name: str = "<script>") -> Script:
             step.op = "closed" if r["what"] == "closed" else "recv"
             step.count = int(r["what"]) if r["what"] and r["what"] != "closed" else 1
             step.timeout = min(float(r["secs"] or DEFAULT_TIMEOUT), MAX_TIMEOUT)
+            step.nudge = r["nudge"] or ""
+            if step.nudge and (step.op != "recv" or step.nudge == conn):
+                raise ScriptError(f"{name}:{lineno}: nudge another connection while reading")
         else:
             words = rest.split()
             if words == ["close"]:
@@ -228,8 +240,12 @@ class Run:
 
     @property
     def mask(self) -> frozenset[str]:
-        uses_sync = any(step.op == "waiting" for step in self.script.steps)
-        return VOLATILE_KEYS | {"cmd-stats-tube"} if uses_sync else VOLATILE_KEYS
+        mask = set(VOLATILE_KEYS)
+        if any(step.op == "waiting" for step in self.script.steps):
+            mask.add("cmd-stats-tube")
+        if any(step.nudge for step in self.script.steps):
+            mask.add("cmd-peek")
+        return frozenset(mask)
 
     def transcript(self) -> list[str]:
         try:
@@ -275,7 +291,10 @@ class Run:
         elif step.op == "recv":
             conn = self._conn(step.conn)
             try:
-                replies = conn.recv_replies(step.count, step.timeout)
+                if step.nudge:
+                    replies = self._recv_nudging(step, conn)
+                else:
+                    replies = conn.recv_replies(step.count, step.timeout)
             except (TimeoutError, ConnectionClosed) as exc:
                 self._record_replies(step.conn, split_replies(conn.buf)[0])  # what did come
                 kind = "closed" if isinstance(exc, ConnectionClosed) else "timed out"
@@ -301,6 +320,25 @@ class Run:
             self.closed.discard(step.conn)
         elif step.op == "waiting":
             self._wait_waiting(step)
+
+    def _recv_nudging(self, step: Step, conn: RawConn) -> list[bytes]:
+        other = self._conn(step.nudge)
+        deadline = time.monotonic() + step.timeout
+        while True:
+            try:
+                other.send(b"peek 0\r\n")
+                nudged = other.recv_reply(DEFAULT_TIMEOUT)
+            except (OSError, TimeoutError, ConnectionClosed) as exc:
+                self._fail(step, f"nudging {step.nudge} failed: {exc}")
+            if nudged != b"NOT_FOUND\r\n":
+                self._record_replies(step.nudge, [nudged])
+                self._fail(step, f"nudging {step.nudge} got an unexpected reply")
+            remaining = deadline - time.monotonic()
+            try:
+                return conn.recv_replies(step.count, max(0.0, min(NUDGE_EVERY, remaining)))
+            except TimeoutError:
+                if remaining <= NUDGE_EVERY:
+                    raise
 
     def _real_id(self, step: Step, n: int) -> bytes:
         if n not in self.ids.to_real:
