@@ -146,7 +146,6 @@ class ProtocolError(NamedTuple):
 
 # --- Replies (prot.c MSG_*): fixed ones as constants -------------------------------------
 
-INSERTED = b"INSERTED"  # prefix only: use inserted(id)
 NOT_FOUND = b"NOT_FOUND\r\n"
 DELETED = b"DELETED\r\n"
 RELEASED = b"RELEASED\r\n"
