@@ -40,6 +40,16 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    leader died was lost and every failover took a second election round
    (~1 s instead of ~0.5 s). Each node sends its peers a keepalive every
    heartbeat, which also makes connectionTimeout a real failure detector.
+9. Campaign only while hearing a majority (in place of pre-vote, which
+   pysyncobj lacks). pysyncobj campaigns whenever any link looks open, so a
+   follower cut off from the others kept raising its term until its links
+   timed out, and on healing its higher term deposed a healthy leader (which
+   drops every client). We override its private `__connectedToAnyone` check:
+   a node campaigns only if it heard (any message, keepalives included) from
+   enough peers to make a majority within `hear_window`, shorter than the
+   election timeout; on hearing a majority again it starts a fresh election
+   timeout, in which a live leader's heartbeat reaches it first. Both only
+   delay elections, which Raft's safety never depends on.
 
 Threads: pysyncobj applies entries in the tick thread; the asyncio server
 reads the state from its own thread. `state_lock` is held while a batch is
@@ -118,7 +128,23 @@ class SyncingTransport(TCPTransport):
     def __init__(self, syncObj, selfNode, otherNodes):
         super().__init__(syncObj, selfNode, otherNodes)
         self.peers_up: set = set()
+        self.last_heard: dict = {}  # node -> monotonic time of its last message
         syncObj.transport = self
+
+    def setOnMessageReceivedCallback(self, callback):
+        if callback is None:
+            return super().setOnMessageReceivedCallback(None)
+        last_heard = self.last_heard
+
+        def received(node, message):
+            last_heard[node] = time.monotonic()
+            callback(node, message)
+
+        return super().setOnMessageReceivedCallback(received)
+
+    def peers_heard_within(self, seconds: float) -> int:
+        since = time.monotonic() - seconds
+        return sum(1 for heard in self.last_heard.values() if heard > since)
 
     def _onNodeConnected(self, node):
         self.peers_up.add(node)
@@ -159,6 +185,10 @@ class RaftTiming:
     leader_fallback: float = 0.6
     connection_timeout: float = 0.9
     connection_retry: float = 0.3
+    # A follower campaigns only if it heard a majority within this long (raft_node
+    # point 9): several heartbeats (keepalives flow every heartbeat), and less
+    # than election_min, so a cut-off node stops before its first timeout.
+    hear_window: float = 0.2
 
     @classmethod
     def single_node(cls) -> "RaftTiming":
@@ -218,6 +248,8 @@ class ReplicatedQueue(SyncObj):
         self._submitted = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
         self._keepalive_period = timing.heartbeat
+        self._hear_window = timing.hear_window
+        self._hears_majority = not partner_addresses
         self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
         conf = SyncObjConf(
             autoTick=False,
@@ -288,6 +320,7 @@ class ReplicatedQueue(SyncObj):
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
                     self.transport.keep_alive()
+                self._watch_majority()
                 journal = self.journal
                 if journal is not None:
                     if not self.policy.durable:
@@ -301,6 +334,19 @@ class ReplicatedQueue(SyncObj):
             self._doDestroy()
         except Exception:
             log.exception("raft shutdown failed")
+
+    def _watch_majority(self) -> None:
+        """Point 9: track whether this node hears a majority; on regaining it, wait afresh."""
+        if not self._partners or self.transport is None:
+            return
+        heard = self.transport.peers_heard_within(self._hear_window) + 1 > (len(self._partners) + 1) / 2
+        if heard and not self._hears_majority and not self._isLeader():
+            self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
+        self._hears_majority = heard
+
+    def _SyncObj__connectedToAnyone(self) -> bool:
+        # pysyncobj asks this (name-mangled) before a follower campaigns.
+        return self._hears_majority
 
     # --------------------------------------------------------- replication
     def submit(self, data: bytes, callback) -> None:

@@ -1,0 +1,90 @@
+"""A follower that hears nobody does not campaign, so healing it deposes no one (issue 3, pre-vote).
+
+pysyncobj has no pre-vote: a follower cut off from the others keeps
+campaigning while its links still look open, raising its term, and when the
+partition heals its higher term deposes a healthy leader, which drops every
+client connection. ReplicatedQueue campaigns only while it hears a majority
+(itself included), and on hearing one again waits a fresh election timeout,
+in which a live leader's heartbeat reaches it first.
+
+The partition here drops every message between the victim and the others
+where pysyncobj receives it, while the TCP links stay up: the first second of
+a real partition, for as long as the test likes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from haqueue.replication.fsync_policy import NEVER
+from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _wait(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _cut(nodes, victim) -> list:
+    """Drop every message to or from `victim`; returns what heal() needs."""
+    saved = []
+    for node in nodes:
+        transport = node._SyncObj__transport
+        deliver = transport._onMessageReceivedCallback
+
+        def filtered(sender, message, deliver=deliver, me=node):
+            if me is victim or sender.address == victim.selfNode.address:
+                return
+            deliver(sender, message)
+
+        transport._onMessageReceivedCallback = filtered
+        saved.append((transport, deliver))
+    return saved
+
+
+def _heal(saved) -> None:
+    for transport, deliver in saved:
+        transport._onMessageReceivedCallback = deliver
+
+
+def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader():
+    timing = RaftTiming()
+    addresses = [f"127.0.0.1:{p}" for p in _free_ports(3)]
+    nodes = [ReplicatedQueue(a, [b for b in addresses if b != a], data_dir=None, policy=NEVER,
+                             secret="s", timing=timing) for a in addresses]
+    try:
+        for node in nodes:
+            node.start()
+        assert _wait(lambda: sum(n._isLeader() for n in nodes) == 1
+                     and all(n._getLeader() is not None for n in nodes), 10)
+        leader = next(n for n in nodes if n._isLeader())
+        victim = next(n for n in nodes if not n._isLeader())
+        term = leader.raftCurrentTerm
+
+        saved = _cut(nodes, victim)
+        time.sleep(timing.election_max * 4)  # several election timeouts alone
+        assert victim.raftCurrentTerm == term, "the cut-off follower campaigned"
+        _heal(saved)
+
+        assert _wait(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
+        time.sleep(timing.election_max * 2)
+        assert leader._isLeader() and leader.raftCurrentTerm == term, "the healed follower deposed the leader"
+    finally:
+        for node in nodes:
+            node.stop()
