@@ -81,6 +81,9 @@ class LocalCluster:
     config_path: Path
     serve_args: list[str] = field(default_factory=list)
     nodes: dict[str, LocalNode] = field(default_factory=dict)
+    # Per node, an argv prefix for `haqueue serve` (e.g. ip netns exec NS, to
+    # run a node in a network namespace of a lab).
+    launch_prefix: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, workdir: Path, nodes: int = 3, serve_args: list[str] | None = None,
@@ -106,8 +109,8 @@ class LocalCluster:
         node.log_path = self.workdir / f"{node_id}.log"
         log = open(node.log_path, "ab")
         node.process = subprocess.Popen(
-            [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
-             "-b", str(data_dir), *self.serve_args],
+            [*self.launch_prefix.get(node_id, []), sys.executable, "-m", "haqueue", "serve",
+             "--config", str(self.config_path), "--node", node_id, "-b", str(data_dir), *self.serve_args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()
