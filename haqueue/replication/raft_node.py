@@ -245,7 +245,7 @@ class ReplicatedQueue(SyncObj):
         self.policy = policy
         self._journal_spec = journal_file
         self._partners = list(partner_addresses)
-        self._submitted = False
+        self._commit_pending = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
         self._keepalive_period = timing.heartbeat
         self._hear_window = timing.hear_window
@@ -281,6 +281,8 @@ class ReplicatedQueue(SyncObj):
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
         self.journal = journal_file.journal if journal_file is not None else None
+        self._poll_sockets = self._poller.poll
+        self._poller.poll = self._poll_now_if_commit_pending  # see _checkCommandsToApply
         self._thread = threading.Thread(target=self._run, name="raft-tick", daemon=True)
 
     # ------------------------------------------------------------ lifecycle
@@ -300,22 +302,28 @@ class ReplicatedQueue(SyncObj):
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
-    def _work_waiting(self) -> bool:
-        # pysyncobj moves submitted commands into the log late in a tick and
-        # then polls its sockets; it commits at the start of the next tick.
-        # Without this, a submission would sit out a whole poll timeout (and
-        # on a lone node, whose poll no follower's answer ends early, a second
-        # one before it commits): tick at once while there is work in hand.
-        if self._submitted:
-            self._submitted = False
-            return True
-        return not self._partners and self.raftCommitIndex < self._SyncObj__getCurrentLogIndex()
+    def _checkCommandsToApply(self):
+        # pysyncobj moves submitted commands into its log here, late in a
+        # tick, then polls its sockets; it commits at the start of the next
+        # tick. A lone node has no follower whose answer would end that poll
+        # early, so every entry sat out the whole poll timeout before it
+        # committed. Note that the log grew, and let the poll return at once.
+        before = self.raftCommitIndex, self._getRaftLogSize()
+        super()._checkCommandsToApply()
+        if not self._partners and self._getRaftLogSize() != before[1]:
+            self._commit_pending = True
+
+    def _poll_now_if_commit_pending(self, timeout):
+        if self._commit_pending:
+            self._commit_pending = False
+            timeout = 0
+        return self._poll_sockets(timeout)
 
     def _run(self) -> None:
         next_keepalive = 0.0
         while not self._stopping.is_set():
             try:
-                self.doTick(0.0 if self._work_waiting() else 0.02)
+                self.doTick(0.02)
                 now = time.monotonic()
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
@@ -352,7 +360,6 @@ class ReplicatedQueue(SyncObj):
     def submit(self, data: bytes, callback) -> None:
         """Append an encoded batch; callback(results, error) runs in the tick thread."""
         self.apply_entry(data, callback=callback)
-        self._submitted = True
 
     @replicated
     def apply_entry(self, data):
