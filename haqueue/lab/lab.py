@@ -1,0 +1,330 @@
+"""The running lab: haqueue and keepalived in each node namespace, and what they report.
+
+`Lab.up()` builds the topology (topology.py), writes the lab's cluster file,
+renders keepalived configs with the real `haqueue ops gen-keepalived`, starts
+one `haqueue serve -f0` (durable) and one keepalived per node namespace, and
+waits until exactly the Raft leader holds the VIP. `Lab.down()` stops every
+process and removes every namespace the state file records.
+
+Rules:
+- Processes are started with `ip netns exec NS ...` (which execs, so the PID
+  recorded is the program's own) in a new session, and recorded with their
+  start time: a process is signalled only if its PID still names the process
+  this lab started (a recycled PID is left alone). keepalived is signalled by
+  its process group, which holds its VRRP child and check scripts.
+- Each keepalived start gets a fresh pid-file directory: a SIGKILLed VRRP child
+  may linger as a zombie where nothing reaps it, and keepalived would take its
+  old pid file for a running daemon.
+- Waits poll a condition with a bound; nothing sleeps for synchronisation.
+- Admin endpoints are asked from inside the client namespace (the root
+  namespace has no route to the lab).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from haqueue import admin_client
+from haqueue.cluster import Cluster, load_cluster
+from haqueue.lab import topology
+from haqueue.lab.topology import LabState
+
+DEFAULT_DIR = "/run/haqueue-lab"
+NODE_IDS = ("n1", "n2", "n3")
+CLIENT_PORT = 11300
+KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
+
+
+class LabError(RuntimeError):
+    """The lab cannot do what was asked; the message is one line."""
+
+
+def wait_for(predicate, timeout: float, step: float = 0.02):
+    """Poll predicate until truthy (return its value) or timeout (return the last value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(step)
+
+
+def cluster_text(state: LabState, script_dir: str) -> str:
+    lines = [
+        "# The chaos lab's cluster (haqueue lab up). Addresses: 198.18.0.0/15, RFC 2544.",
+        "[cluster]",
+        'name = "lab"',
+        f'vip = "{state.vip}/24"',
+        f"client_port = {CLIENT_PORT}",
+        f'secret = "lab-{secrets.token_hex(8)}"',
+        "",
+    ]
+    for i, node_id in enumerate(NODE_IDS):
+        lines += ["[[nodes]]", f'id = "{node_id}"', f'address = "{state.node_address(i)}"',
+                  f'interface = "{topology.IFNAME}"', f"priority = {150 - 10 * i}", ""]
+    lines += [
+        "[keepalived]",
+        "advert_int = 0.1",
+        # The check script only curls /leader; nobody exists on every host,
+        # so the lab needs no user of its own.
+        'script_user = "nobody"',
+        f'script_dir = "{script_dir}"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass
+class NodeView:
+    """One node as the lab sees it right now."""
+
+    id: str
+    ns: str
+    address: str
+    haqueue_alive: bool
+    keepalived_alive: bool
+    holds_vip: bool
+    status: dict | None  # the node's /status, None when unreachable
+
+    @property
+    def role(self) -> str:
+        return self.status.get("role", "?") if self.status else "down"
+
+    @property
+    def serving(self) -> bool:
+        return bool(self.status and self.status.get("serving"))
+
+
+class Lab:
+    def __init__(self, directory: str | Path = DEFAULT_DIR, prefix: str = "hqlab",
+                 subnet: str = topology.DEFAULT_SUBNET) -> None:
+        self.dir = Path(directory)
+        loaded = LabState.load(self.dir) if (self.dir / topology.STATE_NAME).exists() else None
+        self.state = loaded or LabState(dir=str(self.dir), prefix=prefix, subnet=subnet)
+        self.children: dict[str, subprocess.Popen] = {}  # processes this Python process started
+
+    # -------------------------------------------------------------- paths
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "cluster.toml"
+
+    @property
+    def keepalived_dir(self) -> Path:
+        return self.dir / "keepalived"
+
+    @property
+    def cluster(self) -> Cluster:
+        return load_cluster(self.config_path)
+
+    @property
+    def is_up(self) -> bool:
+        return bool(self.state.namespaces)
+
+    def log_path(self, name: str) -> Path:
+        return self.dir / "logs" / f"{name}.log"
+
+    # ------------------------------------------------------------ up/down
+    def up(self, timeout: float = 30.0) -> None:
+        if self.is_up:
+            raise LabError(f"a lab is already up (state in {self.state.path}); run `haqueue lab down` first")
+        topology.check_subnet(self.state.subnet)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o755)  # keepalived runs the check script from here as nobody
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.state.save()
+        self.keepalived_dir.mkdir(exist_ok=True)
+        self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
+        self._render_keepalived()
+        topology.build(self.state, list(NODE_IDS))
+        for node_id in NODE_IDS:
+            self.start_node(node_id)
+        leader = wait_for(self.leader, timeout, step=0.05)
+        if leader is None:
+            raise LabError(f"no Raft leader within {timeout:g} s; logs in {self.dir / 'logs'}")
+        for node_id in NODE_IDS:
+            self.start_keepalived(node_id)
+        self.wait_stable(timeout)
+
+    def _render_keepalived(self) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-m", "haqueue", "ops", "gen-keepalived", "--config", str(self.config_path),
+             "-o", str(self.keepalived_dir)],
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise LabError(f"haqueue ops gen-keepalived failed: {proc.stderr.strip()}")
+
+    def down(self) -> dict:
+        """Stop every recorded process and remove every recorded namespace; say what went."""
+        stopped = []
+        for name, record in sorted(self.state.processes.items()):
+            if self._signal_record(record, signal.SIGKILL):
+                stopped.append(name)
+        for name, record in self.state.processes.items():
+            self._wait_gone(name, record, 10)
+        self.state.processes = {}
+        removed = topology.destroy(self.state)
+        self.state.path.unlink(missing_ok=True)
+        return {"processes": stopped, "namespaces": removed}
+
+    # ---------------------------------------------------------- processes
+    def _record(self, name: str, proc: subprocess.Popen, group: bool) -> None:
+        try:
+            started = psutil.Process(proc.pid).create_time()
+        except psutil.NoSuchProcess:
+            started = 0.0
+        self.children[name] = proc
+        self.state.processes[name] = {"pid": proc.pid, "started": started, "group": group}
+        self.state.save()
+
+    @staticmethod
+    def _ours(record: dict) -> psutil.Process | None:
+        """The process if the recorded PID still names the one the lab started and it runs."""
+        try:
+            p = psutil.Process(record["pid"])
+            if abs(p.create_time() - record["started"]) > 0.05 or p.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return p
+        except psutil.NoSuchProcess:
+            return None
+
+    def _signal_record(self, record: dict, sig: int) -> bool:
+        if self._ours(record) is None:
+            return False
+        try:
+            if record.get("group"):
+                os.killpg(record["pid"], sig)
+            else:
+                os.kill(record["pid"], sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _wait_gone(self, name: str, record: dict, timeout: float) -> bool:
+        child = self.children.get(name)
+        if child is not None and child.pid == record["pid"]:
+            try:
+                child.wait(timeout=timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        return bool(wait_for(lambda: self._ours(record) is None, timeout))
+
+    def alive(self, name: str) -> bool:
+        record = self.state.processes.get(name)
+        if record is None:
+            return False
+        child = self.children.get(name)
+        if child is not None and child.pid == record["pid"]:
+            return child.poll() is None and self._ours(record) is not None
+        return self._ours(record) is not None
+
+    def signal(self, name: str, sig: int) -> None:
+        record = self.state.processes.get(name)
+        if record is None or not self._signal_record(record, sig):
+            raise LabError(f"{name} is not running")
+
+    def wait_exit(self, name: str, timeout: float = 10.0) -> None:
+        record = self.state.processes[name]
+        if not self._wait_gone(name, record, timeout):
+            raise LabError(f"{name} (pid {record['pid']}) did not exit within {timeout:g} s")
+
+    def _spawn(self, name: str, ns: str, argv: list[str], group: bool) -> subprocess.Popen:
+        with open(self.log_path(name), "ab") as log:
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self._record(name, proc, group)
+        return proc
+
+    def start_node(self, node_id: str) -> None:
+        if self.alive(node_id):
+            return
+        argv = [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
+                "-b", str(self.dir / "data" / node_id), "-f0"]
+        self._spawn(node_id, self.state.node_ns(node_id), argv, group=False)
+
+    def start_keepalived(self, node_id: str) -> None:
+        name = f"keepalived-{node_id}"
+        if self.alive(name):
+            return
+        run = self.dir / "run" / f"{name}-{time.monotonic_ns()}"
+        run.mkdir(parents=True)
+        argv = [KEEPALIVED, "--dont-fork", "--log-console", "--log-detail", "--vrrp",
+                "-f", str(self.keepalived_dir / f"keepalived-{node_id}.conf"),
+                "-p", str(run / "keepalived.pid"), "-r", str(run / "vrrp.pid"), "-c", str(run / "checkers.pid")]
+        self._spawn(name, self.state.node_ns(node_id), argv, group=True)
+
+    # ------------------------------------------------------------ queries
+    def node_status(self, node_id: str, timeout: float = 0.3) -> dict | None:
+        index = NODE_IDS.index(node_id)
+        address = self.state.node_address(index)
+        port = self.cluster.node(node_id).admin_port
+        try:
+            return topology.in_namespace(self.state.client_ns, admin_client.status, address, port, timeout)
+        except (OSError, ValueError):
+            return None
+
+    def vip_holders(self) -> list[str]:
+        vip = self.state.vip
+        return [n for n in NODE_IDS if vip in topology.addresses(self.state.node_ns(n))]
+
+    def view(self) -> list[NodeView]:
+        holders = set(self.vip_holders())
+        return [
+            NodeView(
+                id=n, ns=self.state.node_ns(n), address=self.state.node_address(i),
+                haqueue_alive=self.alive(n), keepalived_alive=self.alive(f"keepalived-{n}"),
+                holds_vip=n in holders, status=self.node_status(n) if self.alive(n) else None,
+            )
+            for i, n in enumerate(NODE_IDS)
+        ]
+
+    def leader(self, exclude: str | None = None) -> str | None:
+        """The one node serving clients, if exactly one does."""
+        serving = [n for n in NODE_IDS if n != exclude and self.alive(n)
+                   and (self.node_status(n) or {}).get("serving")]
+        return serving[0] if len(serving) == 1 else None
+
+    def stable(self) -> str | None:
+        """The leader's id when the lab is whole: every process up, one serving leader,
+        the others following and caught up, and the VIP on the leader alone."""
+        if not all(self.alive(n) and self.alive(f"keepalived-{n}") for n in NODE_IDS):
+            return None
+        statuses = {n: self.node_status(n) for n in NODE_IDS}
+        if any(s is None for s in statuses.values()):
+            return None
+        leaders = [n for n, s in statuses.items() if s.get("serving")]
+        if len(leaders) != 1:
+            return None
+        leader = leaders[0]
+        commit = statuses[leader]["commit_index"]
+        for n, s in statuses.items():
+            if n != leader and (s.get("role") != "follower" or s.get("applied_index", 0) < commit - 500):
+                return None
+        if self.vip_holders() != [leader]:
+            return None
+        return leader
+
+    def wait_stable(self, timeout: float = 30.0) -> str:
+        leader = wait_for(self.stable, timeout, step=0.05)
+        if leader is None:
+            raise LabError(f"the lab did not settle within {timeout:g} s: {self.describe()}")
+        return leader
+
+    def describe(self) -> str:
+        parts = []
+        for v in self.view():
+            parts.append(f"{v.id}: haqueue {'up' if v.haqueue_alive else 'down'} {v.role}"
+                         f"{' serving' if v.serving else ''}, keepalived {'up' if v.keepalived_alive else 'down'}"
+                         f"{', VIP' if v.holds_vip else ''}")
+        return "; ".join(parts)
