@@ -55,6 +55,7 @@ class LazyGroup(click.Group):
         "node": "haqueue.cli.node:node",
         "bench": "haqueue.cli.bench:bench",
         "ops": "haqueue.cli.ops:ops",
+        "lab": "haqueue.cli.lab:lab",
     },
 )
 @click.version_option(__version__, "--version", prog_name="haqueue")
