@@ -152,10 +152,9 @@ class Session(asyncio.Protocol):
                 continue
             name = event.name
             kind = _KIND[name]
-            if kind is _READ or kind is _RESERVE:
-                if self.in_flight:
-                    self.blocked_on_writes = True
-                    break
+            if kind is _READ and self.in_flight:
+                self.blocked_on_writes = True
+                break
             queue.popleft()
             if name in counters:
                 counters[name] += 1
@@ -345,6 +344,15 @@ class Session(asyncio.Protocol):
         if self.reserve_in_flight or not self.reserving or self.closed:
             return False
         server = self.server
+        if self.in_flight:
+            # This connection's own writes (a worker's `delete` pipelined with
+            # its next `reserve`) are not applied yet, so the local state
+            # cannot tell. The log can: the reserve lands after them. If it
+            # finds nothing, the answer comes back here with the state current.
+            self.reserve_in_flight = True
+            server.stop_waiting(self)
+            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            return True
         now = wall_ms()
         with server.state_lock:
             state = server.state
