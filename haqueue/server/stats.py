@@ -136,6 +136,7 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
     # haqueue's own keys, after beanstalkd's.
     pairs.append(("haqueue-version", __version__))
     pairs.append(("haqueue-internal-errors", state.internal_errors))
+    pairs.append(("haqueue-journal-syncs", journal.syncs if journal is not None else 0))
     if raft:
         for key, value in raft.items():
             pairs.append((f"raft-{key.replace('_', '-')}", "" if value is None else value))
