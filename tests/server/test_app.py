@@ -195,3 +195,24 @@ def test_an_unknown_option_is_one_line_and_a_nonzero_exit():
                             capture_output=True, text=True, timeout=10)
     assert result.returncode == 2
     assert result.stderr.strip() == "haqueue serve: No such option '-Q'."
+
+
+def test_many_waiting_reserves_each_get_a_different_job(server):
+    workers = [socket.create_connection((server.host, server.port), timeout=10) for _ in range(300)]
+    try:
+        for w in workers:
+            w.sendall(b"reserve-with-timeout 10\r\n")
+        with RawConn(server.host, server.port) as producer:
+            producer.send(b"".join(b"put 0 0 60 4\r\n%04d\r\n" % i for i in range(300)))
+            producer.recv_until(300)
+        bodies = []
+        for w in workers:
+            buf = b""
+            while buf.count(b"\r\n") < 2:
+                buf += w.recv(100)
+            assert buf.startswith(b"RESERVED ")
+            bodies.append(buf.split(b"\r\n")[1])
+        assert sorted(bodies) == [b"%04d" % i for i in range(300)]
+    finally:
+        for w in workers:
+            w.close()
