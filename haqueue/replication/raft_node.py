@@ -314,6 +314,13 @@ class ReplicatedQueue(SyncObj):
             self._commit_pending = True
 
     def _poll_now_if_commit_pending(self, timeout):
+        journal = self.journal
+        if journal is not None and journal.dirty and self.policy.durable:
+            # The leader has just sent new entries to its followers; syncing
+            # its own copy now overlaps with their round trip instead of
+            # adding to it when the entries commit (apply_entry syncs too,
+            # and finds nothing left to do).
+            journal.sync()
         if self._commit_pending:
             self._commit_pending = False
             timeout = 0
