@@ -76,6 +76,11 @@ def _drop_privileges(user: str) -> None:
         raise HaqueueError(f"-u: no such user {user!r}") from None
     if os.geteuid() != 0:
         raise HaqueueError("-u: only root can switch user")
+    # Codecs load lazily, from the interpreter's directory, which the new
+    # user may not be able to read (a Python installed under /root): load
+    # the ones the server uses (pysyncobj decodes with latin1) while we can.
+    import encodings.idna  # noqa: F401
+    import encodings.latin_1  # noqa: F401
     os.setgroups([])
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)

@@ -1,0 +1,74 @@
+"""`haqueue serve`'s beanstalkd-compatible flags, run as real commands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.servers import RawConn, start_haqueue
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "haqueue", "serve", *args],
+                          capture_output=True, text=True, timeout=20)
+
+
+def test_dash_v_prints_the_version():
+    result = run("-v")
+    assert result.returncode == 0
+    assert result.stdout.startswith("haqueue ") and "beanstalkd 1.12 protocol" in result.stdout
+
+
+def test_dash_h_is_help_and_lists_the_beanstalkd_flags():
+    result = run("-h")
+    assert result.returncode == 0
+    for flag in ("-l,", "-p,", "-b,", "-f,", "-F,", "-z,", "-s,", "-c", "-n", "-u,", "-V,", "-v,"):
+        assert flag in result.stdout, flag
+
+
+def test_an_unknown_user_is_one_line():
+    result = run("-u", "no-such-user-here", "-p", "0")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "haqueue: -u: no such user 'no-such-user-here'"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching user needs root")
+def test_dash_u_runs_the_server_as_that_user():
+    srv = start_haqueue("-u", "nobody")
+    try:
+        with open(f"/proc/{srv.pid}/status") as f:
+            uid_line = next(line for line in f if line.startswith("Uid:"))
+        assert int(uid_line.split()[1]) == 65534  # nobody
+        with RawConn(srv.host, srv.port) as conn:
+            conn.send(b"put 0 0 10 2\r\nhi\r\n")
+            assert conn.recv_until(1).startswith(b"INSERTED")
+    finally:
+        srv.stop()
+
+
+def test_max_job_size_is_enforced():
+    srv = start_haqueue("-z", "10")
+    try:
+        with RawConn(srv.host, srv.port) as conn:
+            conn.send(b"put 0 0 10 11\r\n01234567890\r\nput 0 0 10 10\r\n0123456789\r\n")
+            replies = conn.recv_until(2)
+        assert replies.startswith(b"JOB_TOO_BIG\r\nINSERTED ")
+    finally:
+        srv.stop()
+
+
+def test_config_without_node_is_a_usage_error(tmp_path):
+    result = run("--config", str(tmp_path / "c.toml"))
+    assert result.returncode == 2
+    assert "--config and --node go together" in result.stderr
+
+
+def test_a_bad_cluster_file_is_one_line(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text("[cluster]\nname = 'x'\n")
+    result = run("--config", str(bad), "--node", "n1")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cluster.vip: missing" in result.stderr
