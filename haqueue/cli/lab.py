@@ -43,7 +43,7 @@ def lab() -> None:
 @dir_option
 @click.option("--prefix", default="hqlab", show_default=True, help="Namespace name prefix.")
 def up(directory: str, prefix: str) -> None:
-    """Build the lab and start haqueue and keepalived on each node."""
+    """Build the lab, start haqueue and keepalived on each node."""
     the_lab = _lab(directory, prefix)
     if the_lab.is_up:
         raise HaqueueError(f"a lab is already up in {directory}; run `haqueue lab down` first")
@@ -69,7 +69,7 @@ def _print_status(the_lab) -> None:
 @lab.command()
 @dir_option
 def status(directory: str) -> None:
-    """Each node's Raft role and whether it serves, and which namespace holds the VIP."""
+    """Each node's Raft role, and which namespace holds the VIP."""
     the_lab = _lab(directory)
     if not the_lab.is_up:
         raise HaqueueError(f"no lab is up (no state in {directory})")
@@ -79,7 +79,10 @@ def status(directory: str) -> None:
 @lab.command()
 @dir_option
 def down(directory: str) -> None:
-    """Stop every lab process and remove every lab namespace (also after a failed up)."""
+    """Stop every lab process, remove every lab namespace.
+
+    Works from the state file alone, also after a crashed or failed up.
+    """
     the_lab = _lab(directory)
     gone = the_lab.down()
     click.echo(f"stopped {len(gone['processes'])} processes, removed {len(gone['namespaces'])} namespaces")
@@ -95,8 +98,10 @@ def down(directory: str) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the full report here.")
 def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | None) -> None:
-    """Inject faults under a workload through the VIP, drain, check the history.
+    """Inject faults under load, drain, check the history.
 
+    The workload runs in the client namespace through the VIP; every
+    operation is recorded and the history checked (haqueue/lab/checker.py).
     Exits 1 when anything was lost, unexpected or doubly reserved.
     """
     from haqueue.lab.chaos import CHOICES, format_report, run_chaos

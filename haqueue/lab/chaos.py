@@ -17,13 +17,16 @@ Scenarios (each a function of the lab and a seeded random source):
   partition-leader   set the leader's eth1 down for 2-4 s (cut from both peers
                      and the clients), then up; measures how long until the
                      old leader's namespace no longer holds the VIP
+  isolate-leader     detach the leader's port from the bridge for 2-4 s, then
+                     reattach: its link stays up, so only the leader check
+                     (haqueue stepping down) can take the VIP off it
   kill-keepalived    SIGKILL keepalived on the leader; restart it 1 s later (as
                      the generated unit's Restart= would)
   restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
   mix                each fault drawn at random from the above
-  all                each of the above in turn (a plan of runs x 6 faults)
+  all                each of the above in turn (a plan of runs x 7 faults)
 """
 
 from __future__ import annotations
@@ -42,13 +45,13 @@ from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
 RECOVERY_TIMEOUT = 30.0
 
 
-def _record(name: str, node: str | None, **extra) -> dict:
+def _fault(name: str, node: str | None, **extra) -> dict:
     return {"t": round(time.monotonic(), 6), "name": name, "node": node, **extra}
 
 
 def kill_leader(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    fault = _record("kill-leader", leader)
+    fault = _fault("kill-leader", leader)
     lab.signal(leader, signal.SIGKILL)
     lab.wait_exit(leader)
     new = wait_for(lambda: lab.leader(exclude=leader), RECOVERY_TIMEOUT, step=0.01)
@@ -64,7 +67,7 @@ def kill_leader(lab: Lab, rng: random.Random) -> dict:
 def pause_leader(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     pause = round(rng.uniform(2.0, 4.0), 2)
-    fault = _record("pause-leader", leader, pause_s=pause)
+    fault = _fault("pause-leader", leader, pause_s=pause)
     lab.signal(leader, signal.SIGSTOP)
     try:
         # The pause itself is the fault being injected, not synchronisation.
@@ -77,12 +80,13 @@ def pause_leader(lab: Lab, rng: random.Random) -> dict:
     return fault
 
 
-def partition_leader(lab: Lab, rng: random.Random) -> dict:
+def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
+    """Cut the leader off for 2-4 s with cut(leader, False), measure, heal with cut(leader, True)."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     hold = round(rng.uniform(2.0, 4.0), 2)
     ns = lab.state.node_ns(leader)
-    fault = _record("partition-leader", leader, partition_s=hold)
-    topology.set_link(ns, up=False)
+    fault = _fault(name, leader, partition_s=hold)
+    cut(leader, False)
     try:
         gone = wait_for(lambda: lab.state.vip not in topology.addresses(ns), hold, step=0.01)
         fault["vip_released_s"] = round(time.monotonic() - fault["t"], 4) if gone else None
@@ -92,14 +96,24 @@ def partition_leader(lab: Lab, rng: random.Random) -> dict:
             fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
         time.sleep(max(0.0, fault["t"] + hold - time.monotonic()))
     finally:
-        topology.set_link(ns, up=True)
+        cut(leader, True)
     return fault
+
+
+def partition_leader(lab: Lab, rng: random.Random) -> dict:
+    return _partition(lab, rng, "partition-leader",
+                      lambda node, up: topology.set_link(lab.state.node_ns(node), up=up))
+
+
+def isolate_leader(lab: Lab, rng: random.Random) -> dict:
+    return _partition(lab, rng, "isolate-leader",
+                      lambda node, up: topology.set_port(lab.state, node, attached=up))
 
 
 def kill_keepalived(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     name = f"keepalived-{leader}"
-    fault = _record("kill-keepalived", leader)
+    fault = _fault("kill-keepalived", leader)
     lab.signal(name, signal.SIGKILL)
     lab.wait_exit(name)
     # systemd's Restart= would bring it back after RestartSec; stand in for that.
@@ -110,7 +124,7 @@ def kill_keepalived(lab: Lab, rng: random.Random) -> dict:
 
 def restart_all(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    fault = _record("restart-all", leader)
+    fault = _fault("restart-all", leader)
     for node_id in NODE_IDS:
         lab.signal(node_id, signal.SIGKILL)
     for node_id in NODE_IDS:
@@ -124,7 +138,7 @@ def rolling_restart(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     followers = [n for n in NODE_IDS if n != leader]
     rng.shuffle(followers)
-    fault = _record("rolling-restart", leader, order=followers + [leader])
+    fault = _fault("rolling-restart", leader, order=followers + [leader])
     for node_id in followers + [leader]:
         lab.signal(node_id, signal.SIGTERM)
         lab.wait_exit(node_id, timeout=15)
@@ -137,6 +151,7 @@ SCENARIOS = {
     "kill-leader": kill_leader,
     "pause-leader": pause_leader,
     "partition-leader": partition_leader,
+    "isolate-leader": isolate_leader,
     "kill-keepalived": kill_keepalived,
     "restart-all": restart_all,
     "rolling-restart": rolling_restart,
@@ -180,7 +195,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     log = open(out_dir / "workload.log", "ab")
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    lab._record("workload", workload, group=False)
+    lab.track("workload", workload, group=False)
     faults: list[dict] = []
     errors: list[str] = []
     try:
@@ -210,9 +225,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
             workload.kill()
             workload.wait()
         log.close()
-        lab.state.processes.pop("workload", None)
-        lab.children.pop("workload", None)
-        lab.state.save()
+        lab.untrack("workload")
     try:
         lab.wait_stable(RECOVERY_TIMEOUT)
     except LabError as exc:
@@ -273,9 +286,13 @@ def format_report(report: dict) -> str:
     for name, s in report["failover_by_scenario"].items():
         lines.append(row(name, s))
     lines.append(row("all", report["failover"]))
-    released = [f["vip_released_s"] for f in report["faults"] if f.get("vip_released_s") is not None]
-    if released:
-        lines.append(f"  partitioned leader released the VIP after: max {max(released):.3f} s")
+    for name in ("partition-leader", "isolate-leader"):
+        released = [f["vip_released_s"] for f in report["faults"]
+                    if f["name"] == name and f.get("vip_released_s") is not None]
+        if released:
+            s = checker.summary(released)
+            lines.append(f"  {name}: the old leader released the VIP after median {s['median']:.3f} s, "
+                         f"max {s['max']:.3f} s")
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
     for error in report["errors"]:
         lines.append(f"  error: {error}")

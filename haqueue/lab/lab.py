@@ -142,6 +142,8 @@ class Lab:
         self.dir.chmod(0o755)  # keepalived runs the check script from here as nobody
         (self.dir / "logs").mkdir(exist_ok=True)
         self.state.save()
+        # A new cluster (new secret): journals of an earlier lab must not replay into it.
+        shutil.rmtree(self.dir / "data", ignore_errors=True)
         self.keepalived_dir.mkdir(exist_ok=True)
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
         self._render_keepalived()
@@ -178,13 +180,19 @@ class Lab:
         return {"processes": stopped, "namespaces": removed}
 
     # ---------------------------------------------------------- processes
-    def _record(self, name: str, proc: subprocess.Popen, group: bool) -> None:
+    def track(self, name: str, proc: subprocess.Popen, group: bool) -> None:
+        """Record a started process in the state file, so `down` stops it whatever happens."""
         try:
             started = psutil.Process(proc.pid).create_time()
         except psutil.NoSuchProcess:
             started = 0.0
         self.children[name] = proc
         self.state.processes[name] = {"pid": proc.pid, "started": started, "group": group}
+        self.state.save()
+
+    def untrack(self, name: str) -> None:
+        self.state.processes.pop(name, None)
+        self.children.pop(name, None)
         self.state.save()
 
     @staticmethod
@@ -243,7 +251,7 @@ class Lab:
         with open(self.log_path(name), "ab") as log:
             proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self._record(name, proc, group)
+        self.track(name, proc, group)
         return proc
 
     def start_node(self, node_id: str) -> None:

@@ -174,6 +174,19 @@ def set_link(ns: str, up: bool) -> None:
         ipr.link("set", index=index, state="up" if up else "down")
 
 
+def set_port(state: LabState, member: str, attached: bool) -> None:
+    """Attach or detach a member's switch port (`p-MEMBER`) from the bridge.
+
+    Detached, the member's own link stays up with carrier: a partition that
+    the member's keepalived cannot see as an interface going down, so only
+    the leader check can make it let go of the VIP.
+    """
+    with IPRoute(netns=state.switch_ns) as sw:
+        port = sw.link_lookup(ifname=f"p-{member}")[0]
+        master = sw.link_lookup(ifname=BRIDGE)[0] if attached else 0
+        sw.link("set", index=port, master=master)
+
+
 def addresses(ns: str) -> list[str]:
     """IPv4 addresses on the namespace's eth1."""
     with IPRoute(netns=ns) as ipr:

@@ -11,7 +11,8 @@ left, then records the server's remaining job counts, and exits.
 The history is JSON lines, one per event, Jepsen style:
     {"t": monotonic seconds, "w": worker, "c": connection no., "i": op id,
      "type": "invoke" | "ok" | "fail" | "unknown", "f": "put" | "reserve" | "delete", "v": value}
-- put's value is its unique body; `ok` carries {"id": job id}.
+- put's value is its body, unique across runs (TAG-WORKER-SEQ); `ok` carries
+  {"id": job id}.
 - `fail` means the operation certainly did not happen: nothing was sent
   (connect failed: `io` is true), or the server answered with an error
   (`err` names it; a reserve that TIMED_OUT is a `fail` with err "TIMED_OUT").
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import secrets
 import signal
 import socket
 import sys
@@ -179,9 +181,10 @@ def _pace(next_at: float, interval: float) -> float:
 
 
 class Producer(Worker):
-    def __init__(self, *args, rate: float, **kwargs) -> None:
+    def __init__(self, *args, rate: float, tag: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.interval = 1.0 / rate
+        self.tag = tag
 
     def run(self) -> None:
         next_at = time.monotonic()
@@ -189,7 +192,7 @@ class Producer(Worker):
         while not self.stop.is_set():
             next_at = _pace(next_at, self.interval)
             seq += 1
-            value = f"{self.name}-{seq}"
+            value = f"{self.tag}-{self.name}-{seq}"
             data = value.encode()
             got = self.op("put", value, b"put 100 0 %d %d\r\n%s\r\n" % (TTR, len(data), data))
             if got is None:
@@ -262,7 +265,8 @@ def run(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     workers: list[Worker] = [
-        Producer(f"p{i}", history, args.host, args.port, stop, rate=args.put_rate / args.producers)
+        Producer(f"p{i}", history, args.host, args.port, stop, rate=args.put_rate / args.producers,
+                 tag=args.tag or secrets.token_hex(4))
         for i in range(args.producers)
     ] + [
         Consumer(f"c{i}", history, args.host, args.port, stop, rate=args.take_rate / args.consumers)
@@ -320,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--producers", type=int, default=8)
             p.add_argument("--put-rate", type=float, default=80.0, help="puts per second, all producers")
             p.add_argument("--take-rate", type=float, default=40.0, help="reserves per second, all consumers")
+            p.add_argument("--tag", default=None, help="prefix of every body (default: random, unique per run)")
         else:
             p.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
