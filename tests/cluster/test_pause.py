@@ -55,7 +55,8 @@ def test_paused_leader_steps_down_closes_its_port_and_rejoins_losing_nothing(mak
         except CONNECTION_TROUBLE:
             reply = b""
         assert reply == b"", f"the deposed leader answered {reply!r}"
-        assert cluster.leader(timeout=ELECTION_BOUND).id == new.id, "leadership moved again"
+        still = cluster.leader(timeout=ELECTION_BOUND)
+        assert still is not None and still.id == new.id, f"leadership moved again: {still}"
         assert work.wait_for_puts(new.id, 200, timeout=10)
     finally:
         stale.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from haqueue import admin_client
-from tests.cluster.clients import client_for, peek_body
+from tests.cluster.clients import client_for
 from tests.cluster.convergence import wait_converged
 
 JOURNAL_LIMIT = 65536
