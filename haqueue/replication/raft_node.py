@@ -135,9 +135,23 @@ class SyncingTransport(TCPTransport):
         if callback is None:
             return super().setOnMessageReceivedCallback(None)
         last_heard = self.last_heard
+        sync_obj = self._syncObj
 
         def received(node, message):
             last_heard[node] = time.monotonic()
+            if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
+                # An acknowledgement of an older append_entries must not move
+                # the leader's next-to-send position back: pysyncobj would
+                # resend entries the follower has, and the follower would
+                # truncate and rewrite entries it already acknowledged. If a
+                # send was really lost, the follower's consistency check
+                # answers with reset=True and the position is corrected.
+                next_index = sync_obj._SyncObj__raftNextIndex
+                sent = next_index.get(node)
+                callback(node, message)
+                if sent is not None and next_index.get(node, sent) < sent:
+                    next_index[node] = sent
+                return
             callback(node, message)
 
         return super().setOnMessageReceivedCallback(received)
