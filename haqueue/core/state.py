@@ -92,8 +92,18 @@ class QueueState:
             return [INTERNAL_ERROR] * len(commands)
         self.advance(stamp)
         now = self.now
-        apply = self.apply
-        return [apply(cmd, now) for cmd in commands]
+        handlers = _HANDLERS
+        results = []
+        append = results.append
+        # apply() inlined: one Python call less per command on the hot path.
+        for cmd in commands:
+            try:
+                result = handlers[cmd[0]](self, cmd, now)
+            except Exception:  # as in apply(): a bug, counted, state intact
+                self.internal_errors += 1
+                result = INTERNAL_ERROR
+            append(result)
+        return results
 
     def apply(self, cmd: tuple, now: int) -> tuple:
         """Apply one command at `now` (already advanced). Never raises for input."""
@@ -248,12 +258,16 @@ class QueueState:
             return self._malformed()
         job_id = self.next_id
         self.next_id = job_id + 1
-        tube = self.tube(tube_name)
+        tube = self.tubes.get(tube_name) or self.tube(tube_name)
         job = Job(job_id, tube, pri, delay, ttr if ttr >= MIN_TTR_MS else MIN_TTR_MS, body, now)
         self.jobs[job_id] = job
         self.total_jobs += 1
         tube.total_jobs += 1
-        self._make_ready_or_delayed(job, delay, now)
+        if delay > 0:
+            self._make_ready_or_delayed(job, delay, now)
+        else:  # the common case, inlined
+            tube.push_ready(job)
+            self.ready_changed = True
         return ("INSERTED", job_id)
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:

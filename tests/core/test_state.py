@@ -913,3 +913,12 @@ def test_reserves_from_connections_of_an_older_epoch_take_nothing(state):
     assert one(state, T0, reserve_job(old, 1)) == NOT_FOUND
     assert counts(state, ready=2, urgent=2)
     assert one(state, T0, reserve(new)) == ("RESERVED", 1, BODY)
+
+
+def test_apply_of_one_command_follows_the_same_rules_as_a_batch(state):
+    run(state, T0, put())
+    assert state.apply(reserve(1), state.now) == ("RESERVED", 1, BODY)
+    assert state.apply((99,), state.now) == INTERNAL_ERROR
+    assert state.apply((C.PUT, "default", "1", 0, 1000, b"x"), state.now) == INTERNAL_ERROR
+    assert state.internal_errors == 2
+    assert state.next_id == 2
