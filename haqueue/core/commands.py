@@ -17,6 +17,7 @@ Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
 
 from __future__ import annotations
 
+import io
 import pickle
 
 LOG_FORMAT_VERSION = 1
@@ -64,9 +65,18 @@ def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     return pickle.dumps((LOG_FORMAT_VERSION, stamp_ms, commands), protocol=5)
 
 
+class _PlainValues(pickle.Unpickler):
+    """Unpickles ints, strs, bytes, tuples and lists, never a class or a
+    function: an entry that names one is foreign or forged, and unpickling it
+    could run code on every node."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"log entries hold plain values only, not {module}.{name}")
+
+
 def decode_batch(data: bytes) -> tuple[int, list[tuple]]:
     try:
-        version, stamp_ms, commands = pickle.loads(data)
+        version, stamp_ms, commands = _PlainValues(io.BytesIO(data)).load()
     except Exception as exc:  # a corrupt or foreign entry: refuse loudly
         raise LogFormatError(f"undecodable log entry: {exc}") from None
     if version != LOG_FORMAT_VERSION:

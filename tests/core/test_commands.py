@@ -88,3 +88,16 @@ def test_opcodes_keep_their_numbers():
 def test_every_opcode_has_a_name_and_a_handler():
     assert len(set(C.NAMES.values())) == len(C.NAMES)
     assert set(C.NAMES) == set(_HANDLERS)
+
+
+class _Boom:
+    def __reduce__(self):
+        return (print, ("unpickling ran code",))
+
+
+@pytest.mark.parametrize("payload", [[(C.TICK, _Boom())], _Boom()], ids=["in-a-command", "as-the-commands"])
+def test_an_entry_that_names_a_function_is_refused_without_calling_it(payload, capsys):
+    data = pickle.dumps((C.LOG_FORMAT_VERSION, 5, payload), protocol=5)
+    with pytest.raises(C.LogFormatError, match="plain values only.*print"):
+        C.decode_batch(data)
+    assert capsys.readouterr().out == ""
