@@ -13,6 +13,9 @@ Rules (design.md I2, I4, I6):
 - No clock, randomness, I/O or node identity: same log, same state.
 - Every client mistake is a result, never an exception (an exception inside
   a replicated method stalls pysyncobj's apply loop forever).
+- A command no server should send (unknown opcode, wrong arity or types) is
+  refused whole, INTERNAL_ERROR and counted in `internal_errors`, before it
+  changes anything.
 - Job ids come from `next_id`, which is replicated: unique and increasing.
 - A job is reserved by at most one connection; reservations are entries.
 
