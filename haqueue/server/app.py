@@ -19,6 +19,7 @@ Duties, in the order they happen:
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -113,6 +114,11 @@ class QueueServer:
 
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> int:
+        # A queue holds millions of long-lived objects (jobs, heap entries);
+        # with the default thresholds the cycle collector keeps re-walking
+        # them (about 70% of the core's time over 1M puts). Rarer passes:
+        # measured put 58.7k -> 79.6k jobs/s, p99 119 -> 25 ms.
+        gc.set_threshold(10_000, 50, 100)
         self.loop = asyncio.get_running_loop()
         self.counters.started_ms = wall_ms()
         loop = self.loop
