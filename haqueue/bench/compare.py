@@ -11,6 +11,7 @@ sides alike instead of the one that happened to run in it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from haqueue.bench.cluster import find_leader
@@ -48,3 +49,21 @@ def bench_cluster(spec: LoadSpec, config_path: str, repeat: int = 1) -> RunResul
         result.server = f"haqueue {size}-node"
         results.append(result)
     return pool(results)
+
+
+def bench_cluster_against_beanstalkd(spec: LoadSpec, config_path: str, repeat: int = 1) -> list[RunResult]:
+    """beanstalkd in memory, beanstalkd -b DIR -f0, then the cluster: one run, three rows.
+
+    The cycle workload needs an empty tube on the cluster, which keeps its jobs
+    between runs, so each cluster run uses a tube of its own.
+    """
+    memory = bench_servers(spec, ["beanstalkd"], False, repeat)[0]
+    durable = bench_servers(spec, ["beanstalkd"], True, repeat)[0]
+    durable.server = "beanstalkd -f0"
+    results = []
+    for i in range(repeat):
+        tube = f"{spec.tube}-{time.time_ns():x}-{i}"
+        results.append(bench_cluster(replace(spec, tube=tube), config_path, 1))
+    cluster = pool(results)
+    cluster.server = results[0].server
+    return [memory, durable, cluster]

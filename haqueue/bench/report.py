@@ -195,8 +195,9 @@ def format_runs(runs: list[RunResult], headline: str) -> str:
                 ]
             )
             first = False
-    if len(runs) == 2:
-        a, b = runs[1], runs[0]
+    # The last run against each earlier one (with two runs: second/first).
+    for b in runs[:-1] if len(runs) >= 2 else ():
+        a = runs[-1]
         first = True
         for kind, sa in a.latency_summaries().items():
             sb = b.latency_summaries()[kind] or {}

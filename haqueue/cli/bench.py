@@ -14,7 +14,12 @@ from collections.abc import Iterator
 
 import click
 
-from haqueue.bench.compare import bench_address, bench_cluster, bench_servers
+from haqueue.bench.compare import (
+    bench_address,
+    bench_cluster,
+    bench_cluster_against_beanstalkd,
+    bench_servers,
+)
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
 from haqueue.bench.report import format_memory, format_runs, to_json
@@ -97,8 +102,16 @@ def bench(
     Every reply is checked; the first unexpected one ends the run with an error.
     """
     chosen = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster)) if on]
+    compare_cluster = compare and cluster is not None
+    if compare_cluster:
+        # The cluster against beanstalkd in memory and beanstalkd -b DIR -f0,
+        # both started here, in the same run.
+        chosen = [n for n in chosen if n != "--compare"]
+        compare = False
     if len(chosen) > 1:
         raise click.ClickException(f"{' and '.join(chosen)} exclude each other")
+    if compare_cluster and (durable or memory_jobs):
+        raise click.ClickException("--compare --cluster always runs beanstalkd both in memory and with -f0")
     kinds = ["beanstalkd", compare_with] if compare else [server] if server else []
     if durable and not kinds:
         raise click.ClickException(
@@ -140,7 +153,9 @@ def bench(
                 runs = []
                 click.echo(format_memory(memory))
             else:
-                if kinds:
+                if compare_cluster:
+                    runs = bench_cluster_against_beanstalkd(spec, cluster, repeat)
+                elif kinds:
                     runs = bench_servers(spec, kinds, durable, repeat)
                 elif cluster:
                     runs = [bench_cluster(spec, cluster, repeat)]

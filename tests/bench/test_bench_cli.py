@@ -119,7 +119,9 @@ def test_unreachable_address_exits_nonzero_with_one_line():
         (["--tube", "-x"], "bad tube name '-x'"),
         (["--cluster", "nowhere.toml"], "nowhere.toml: no such file"),
         (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json: /nonexistent is"),
-        (["--cluster", "c.toml", "--compare"], "--compare and --cluster exclude each other"),
+        (["--cluster", "c.toml", "--compare", "--durable"],
+         "--compare --cluster always runs beanstalkd both in memory and with -f0"),
+        (["--cluster", "c.toml", "--server", "beanstalkd"], "--server and --cluster exclude each other"),
     ],
 )
 def test_bad_options_exit_nonzero_with_one_line(args, message, capsys):

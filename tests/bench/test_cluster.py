@@ -48,3 +48,20 @@ def test_cluster_with_no_leader_fails_in_one_line(tmp_path, capsys):
     assert main(["bench", "--cluster", str(config), "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no single leader after 0.5 s (leading: none)" in err, err
+
+
+def test_compare_cluster_runs_beanstalkd_in_memory_and_durable_and_the_cluster(cluster, tmp_path):
+    local, leader = cluster
+    out = tmp_path / "compare.json"
+    result = CliRunner().invoke(
+        bench,
+        ["--compare", "--cluster", str(local.config_path), "--workload", "cycle", "--jobs", "200",
+         "--warmup", "0", "--json", str(out)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["server"] for r in runs] == ["beanstalkd", "beanstalkd -f0", "haqueue 3-node"]
+    assert runs[2]["address"] == leader.client_endpoint
+    assert all(r["measured"]["puts"] >= 200 for r in runs)
+    assert "haqueue 3-node/beanstalkd -f0" in result.output
