@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=args, prog_name="haqueue", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("haqueue: aborted", err=True)
-        return 1
+        # click turns Ctrl-C (and EOF at a prompt) into Abort: exit as a
+        # SIGINT-ed program does.
+        click.echo("haqueue: interrupted", err=True)
+        return 130
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "haqueue"
         click.echo(f"{where}: {exc.format_message()}", err=True)
