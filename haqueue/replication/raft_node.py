@@ -129,6 +129,7 @@ class SyncingTransport(TCPTransport):
         super().__init__(syncObj, selfNode, otherNodes)
         self.peers_up: set = set()
         self.last_heard: dict = {}  # node -> monotonic time of its last message
+        self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
         syncObj.transport = self
 
     def setOnMessageReceivedCallback(self, callback):
@@ -181,10 +182,22 @@ class SyncingTransport(TCPTransport):
                 self._onMessageReceived(node, {"type": "apply_command_response", "request_id": request_id,
                                                "error": FAIL_REASON.NOT_LEADER})
             return True
-        journal = getattr(self._syncObj, "journal", None)
-        if journal is not None and kind == "next_node_idx":
-            journal.sync()
+        if kind == "next_node_idx" and getattr(self._syncObj, "journal", None) is not None:
+            # Acknowledge after the poll that brought the entries, with one
+            # fsync for every append_entries that poll delivered (follower
+            # group commit): see flush_acknowledgements.
+            self.deferred_acks.append((node, message))
+            return True
         return super().send(node, message)
+
+    def flush_acknowledgements(self) -> None:
+        """Sync the journal once, then send the acknowledgements it covers."""
+        if not self.deferred_acks:
+            return
+        acks, self.deferred_acks = self.deferred_acks, []
+        self._syncObj.journal.sync()
+        for node, message in acks:
+            super().send(node, message)
 
 
 @dataclass(frozen=True)
@@ -338,7 +351,11 @@ class ReplicatedQueue(SyncObj):
         if self._commit_pending:
             self._commit_pending = False
             timeout = 0
-        return self._poll_sockets(timeout)
+        try:
+            return self._poll_sockets(timeout)
+        finally:
+            if self.transport is not None:
+                self.transport.flush_acknowledgements()
 
     def _run(self) -> None:
         next_keepalive = 0.0
