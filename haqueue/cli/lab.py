@@ -57,11 +57,13 @@ def up(directory: str, prefix: str) -> None:
 
 
 def _print_status(the_lab) -> None:
-    click.echo(f"{'node':<5} {'namespace':<12} {'address':<14} {'haqueue':<8} {'role':<10} {'serving':<8} "
-               f"{'keepalived':<11} VIP")
+    click.echo(f"{'node':<5} {'namespace':<14} {'address':<12} {'haqueue':<8} {'role':<10} {'term':>5} "
+               f"{'applied':>8} {'serving':<8} {'keepalived':<11} VIP")
     for v in the_lab.view():
-        click.echo(f"{v.id:<5} {v.ns:<12} {v.address:<14} {'up' if v.haqueue_alive else 'down':<8} "
-                   f"{v.role:<10} {'yes' if v.serving else 'no':<8} "
+        status = v.status or {}
+        click.echo(f"{v.id:<5} {v.ns:<14} {v.address:<12} {'up' if v.haqueue_alive else 'down':<8} "
+                   f"{v.role:<10} {status.get('term', '-'):>5} {status.get('applied_index', '-'):>8} "
+                   f"{'yes' if v.serving else 'no':<8} "
                    f"{'up' if v.keepalived_alive else 'down':<11} {'yes' if v.holds_vip else 'no'}")
     click.echo(f"VIP {the_lab.state.vip}:{the_lab.cluster.client_port} from namespace {the_lab.state.client_ns}")
 

@@ -152,7 +152,8 @@ class Worker(threading.Thread):
         self.stop = stop
 
     def op(self, f: str, value, request: bytes, timeout: float = OP_TIMEOUT, body: bool = False):
-        """Run one recorded operation; return (reply line, payload) or None when it did not succeed."""
+        """Send one recorded request; return (reply line, payload, op id), or None after an I/O failure
+        (already recorded as `fail` or `unknown`). The caller records the completion of a reply."""
         op_id = next(self.history.ids)
         h = self.history
         before = self.client.serial if self.client.sock is not None else None

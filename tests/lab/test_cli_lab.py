@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -36,3 +37,33 @@ def test_unknown_scenario_is_one_line(capsys, tmp_path):
     assert code == 1
     assert err.startswith("haqueue: --scenario: unknown 'meteor' (one of: kill-leader,")
     assert err.count("\n") == 1
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys):
+    from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
+
+    require_root_tools()
+    directory, prefix = lab_dir()
+    try:
+        code, err = run(capsys, "lab", "up", "--dir", str(directory), "--prefix", prefix)
+        assert code == 0, err
+        code = main(["lab", "status", "--dir", str(directory)])
+        out = capsys.readouterr().out
+        assert code == 0
+        rows = [line.split() for line in out.splitlines() if line[:3] in ("n1 ", "n2 ", "n3 ")]
+        assert [r[0] for r in rows] == ["n1", "n2", "n3"]
+        holders = [r for r in rows if r[-1] == "yes"]
+        assert len(holders) == 1 and holders[0][4] == "leader", out
+        code = main(["lab", "up", "--dir", str(directory), "--prefix", prefix])
+        assert code == 1
+        assert capsys.readouterr().err == (
+            f"haqueue: a lab is already up in {directory}; run `haqueue lab down` first\n")
+    finally:
+        code = main(["lab", "down", "--dir", str(directory)])
+        out = capsys.readouterr().out
+        shutil.rmtree(directory, ignore_errors=True)
+    assert code == 0
+    assert out == "stopped 6 processes, removed 5 namespaces\n"
+    assert namespaces_with(prefix) == []
