@@ -140,10 +140,12 @@ class Lab:
         topology.check_subnet(self.state.subnet)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)  # keepalived runs the check script from here as nobody
-        (self.dir / "logs").mkdir(exist_ok=True)
+        # A new cluster (new secret): an earlier lab's journals must not replay
+        # into it, and its logs start empty so they describe this lab alone.
+        for old in ("data", "logs", "run"):
+            shutil.rmtree(self.dir / old, ignore_errors=True)
+        (self.dir / "logs").mkdir()
         self.state.save()
-        # A new cluster (new secret): journals of an earlier lab must not replay into it.
-        shutil.rmtree(self.dir / "data", ignore_errors=True)
         self.keepalived_dir.mkdir(exist_ok=True)
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
         self._render_keepalived()
