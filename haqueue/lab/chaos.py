@@ -2,8 +2,9 @@
 
 One chaos run (`run_chaos`):
 1. Wait until the lab is whole (every process up, one serving leader, the VIP
-   on it alone), start the workload in the client namespace, wait for its
-   first acknowledged put.
+   on it alone), empty the queue of anything an interrupted earlier run left,
+   start the workload in the client namespace, wait for its first
+   acknowledged put.
 2. For each planned fault: let the load run undisturbed for a random 1-2 s
    (so faults land at different phases of Raft and keepalived timers), inject
    the fault, record its time (CLOCK_MONOTONIC, as the workload does) and
@@ -190,7 +191,17 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     out_dir = Path(out_dir or lab.dir / "runs" / time.strftime("%Y%m%dT%H%M%S"))
     out_dir.mkdir(parents=True, exist_ok=True)
     history, drain_history = out_dir / "history.jsonl", out_dir / "drain.jsonl"
+    if lab.alive("workload"):
+        # Left by a chaos run that was itself killed: its history is not ours.
+        lab.signal("workload", signal.SIGKILL)
+        lab.wait_exit("workload")
     lab.wait_stable(RECOVERY_TIMEOUT)
+    # Jobs an interrupted earlier run left behind are not in this history and
+    # would count as unexpected: take them out first (recorded, not checked).
+    leftover = subprocess.run(_workload(lab, "drain", out_dir / "before.jsonl", "--consumers", "4"),
+                              capture_output=True, text=True, timeout=300)
+    if leftover.returncode != 0:
+        raise LabError(f"could not empty the queue before the run: {leftover.stdout.strip()}")
     started = time.monotonic()
     log = open(out_dir / "workload.log", "ab")
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
