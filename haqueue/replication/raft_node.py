@@ -74,6 +74,7 @@ from pysyncobj.transport import TCPTransport
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
+from haqueue.replication import append_guard
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.journal import DurableJournal, write_atomically
 
@@ -140,6 +141,11 @@ class SyncingTransport(TCPTransport):
 
         def received(node, message):
             last_heard[node] = time.monotonic()
+            if message.get("type") == "append_entries":
+                # pysyncobj would truncate entries that do not conflict
+                # (append_guard.py); hand it the message Raft would act on.
+                callback(node, append_guard.trim(message, sync_obj._SyncObj__raftLog))
+                return
             if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
                 # An acknowledgement of an older append_entries must not move
                 # the leader's next-to-send position back: pysyncobj would
