@@ -27,6 +27,15 @@ def make_cluster(tmp_path, request):
 
         request.node._clusters = made
         yield make
+    # After every cluster test, pysyncobj must never have truncated entries a
+    # follower had already applied (haqueue/replication/append_guard.py): that
+    # is the window in which committed entries can be lost.
+    for n, cluster in enumerate(made):
+        for node_id, node in sorted(cluster.nodes.items()):
+            if node.log_path is not None and node.log_path.exists():
+                text = node.log_path.read_text(errors="replace")
+                assert "truncating already-applied" not in text, (
+                    f"cluster{n} {node_id} truncated applied entries:\n{cluster.log_tail(node_id, 30)}")
 
 
 @pytest.hookimpl(hookwrapper=True)
