@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from haqueue.lab import checker, topology
+from haqueue.lab.workload import TTR as workload_ttr
 from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
 
 RECOVERY_TIMEOUT = 30.0
@@ -214,7 +215,12 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
             raise LabError(f"the workload acknowledged no put within 15 s (see {out_dir / 'workload.log'})")
         for i, name in enumerate(faults_planned):
             time.sleep(rng.uniform(1.0, 2.0))  # undisturbed load between faults: part of the scenario
-            fault = SCENARIOS[name](lab, rng)
+            try:
+                fault = SCENARIOS[name](lab, rng)
+            except LabError as exc:
+                # Keep what was recorded: the drain and the check still run.
+                errors.append(f"{name} #{i + 1}: {exc}")
+                break
             try:
                 lab.wait_stable(RECOVERY_TIMEOUT)
                 fault["recovered_s"] = round(time.monotonic() - fault["t"], 4)
@@ -249,7 +255,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         if path.exists():
             with open(path) as f:
                 events += [json.loads(line) for line in f if line.strip()]
-    report = checker.check(events, faults, ttr=None)
+    report = checker.check(events, faults, ttr=workload_ttr)
     holders = lab.vip_holders()
     leader = lab.leader()
     report.update({
