@@ -36,7 +36,7 @@ def _lab(directory: str, prefix: str = "hqlab"):
 
 @click.group()
 def lab() -> None:
-    """A three-node cluster behind a keepalived VIP in namespaces, and chaos."""
+    """Chaos lab: a 3-node cluster and keepalived in namespaces."""
 
 
 @lab.command()
