@@ -9,44 +9,21 @@ failover ~1 s instead of ~0.5 s). ReplicatedQueue keeps every link alive.
 
 from __future__ import annotations
 
-import socket
 import time
 
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
+from haqueue.replication.raft_node import RaftTiming
+from tests.replication.raft_nodes import make_nodes, wait_for
 
 
 def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_connection_timeout():
     timing = RaftTiming()
-    addresses = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-    nodes = [ReplicatedQueue(a, [b for b in addresses if b != a], data_dir=None, policy=NEVER,
-                             secret="s", timing=timing) for a in addresses]
+    nodes = make_nodes(timing)
     try:
         for node in nodes:
             node.start()
-        assert _wait(lambda: sum(n._isLeader() for n in nodes) == 1
+        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
                      and all(n._getLeader() is not None for n in nodes), 10)
         a, b = [n for n in nodes if not n._isLeader()]
         time.sleep(timing.connection_timeout * 2)  # nothing to replicate: only heartbeats flow

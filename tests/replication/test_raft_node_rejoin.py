@@ -14,31 +14,10 @@ a real partition, for as long as the test likes.
 
 from __future__ import annotations
 
-import socket
 import time
 
-from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
+from haqueue.replication.raft_node import RaftTiming
+from tests.replication.raft_nodes import make_nodes, wait_for
 
 
 def _cut(nodes, victim) -> list:
@@ -65,13 +44,11 @@ def _heal(saved) -> None:
 
 def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader():
     timing = RaftTiming()
-    addresses = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-    nodes = [ReplicatedQueue(a, [b for b in addresses if b != a], data_dir=None, policy=NEVER,
-                             secret="s", timing=timing) for a in addresses]
+    nodes = make_nodes(timing)
     try:
         for node in nodes:
             node.start()
-        assert _wait(lambda: sum(n._isLeader() for n in nodes) == 1
+        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
                      and all(n._getLeader() is not None for n in nodes), 10)
         leader = next(n for n in nodes if n._isLeader())
         victim = next(n for n in nodes if not n._isLeader())
@@ -82,7 +59,7 @@ def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader
         assert victim.raftCurrentTerm == term, "the cut-off follower campaigned"
         _heal(saved)
 
-        assert _wait(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
+        assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
         time.sleep(timing.election_max * 2)
         assert leader._isLeader() and leader.raftCurrentTerm == term, "the healed follower deposed the leader"
     finally:
