@@ -85,7 +85,6 @@ def _deliveries(ops: list[Op]) -> list[Delivery]:
     deliveries = []
     for conn, conn_ops in by_conn.items():
         conn_ops.sort(key=lambda o: o.invoke)
-        last_ok = max((o.done for o in conn_ops if o.type == "ok"), default=None)
         for k, op in enumerate(conn_ops):
             if op.f != "reserve" or op.type != "ok":
                 continue

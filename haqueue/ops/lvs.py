@@ -213,7 +213,7 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
     iface = node.interface
     port = cluster.client_port
     if mode == "dr":
-        what = f"""# DR: the directors forward each client packet unchanged to this node's MAC,
+        what = """# DR: the directors forward each client packet unchanged to this node's MAC,
 # so the VIP must be a local address here - on lo, as a /32, so it is never
 # announced. arp_ignore=1 answers ARP only for addresses on the interface
 # asked; arp_announce=2 never uses the VIP as the source of our own ARP
