@@ -261,7 +261,7 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
 #
 # {realserver_script(node)} start|stop: the LVS real-server side on queue node {node.id}
 # ({node.address}) of cluster {cluster.name!r}, {mode.upper()} mode. Idempotent.
-# haqueue must accept clients on {vip}:{port} (listen on 0.0.0.0 or the VIP).
+# haqueue accepts clients on {vip}:{port}: the leader listens on the VIP (IP_FREEBIND).
 #
 {what}
 set -euo pipefail

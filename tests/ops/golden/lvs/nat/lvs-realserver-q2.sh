@@ -5,7 +5,7 @@
 #
 # lvs-realserver-q2.sh start|stop: the LVS real-server side on queue node q2
 # (172.16.5.22) of cluster 'natted', NAT mode. Idempotent.
-# haqueue must accept clients on 172.16.5.10:11300 (listen on 0.0.0.0 or the VIP).
+# haqueue accepts clients on 172.16.5.10:11300: the leader listens on the VIP (IP_FREEBIND).
 #
 # NAT: the directors rewrite the destination VIP:11300 to this node and must see
 # the replies to rewrite them back, so this node's route to clients must go

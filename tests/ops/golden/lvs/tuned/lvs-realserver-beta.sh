@@ -5,7 +5,7 @@
 #
 # lvs-realserver-beta.sh start|stop: the LVS real-server side on queue node beta
 # (10.20.1.2) of cluster 'jobs-eu', TUN mode. Idempotent.
-# haqueue must accept clients on 10.20.0.50:11300 (listen on 0.0.0.0 or the VIP).
+# haqueue accepts clients on 10.20.0.50:11300: the leader listens on the VIP (IP_FREEBIND).
 #
 # TUN: the directors wrap each client packet in IPIP (a 20-byte outer header)
 # and send it to this node's address; tunl0 unwraps it and the VIP must be a

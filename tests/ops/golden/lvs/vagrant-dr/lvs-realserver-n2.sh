@@ -5,7 +5,7 @@
 #
 # lvs-realserver-n2.sh start|stop: the LVS real-server side on queue node n2
 # (192.168.56.12) of cluster 'orders', DR mode. Idempotent.
-# haqueue must accept clients on 192.168.56.100:11300 (listen on 0.0.0.0 or the VIP).
+# haqueue accepts clients on 192.168.56.100:11300: the leader listens on the VIP (IP_FREEBIND).
 #
 # DR: the directors forward each client packet unchanged to this node's MAC,
 # so the VIP must be a local address here - on lo, as a /32, so it is never

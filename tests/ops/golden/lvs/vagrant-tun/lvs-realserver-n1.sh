@@ -5,7 +5,7 @@
 #
 # lvs-realserver-n1.sh start|stop: the LVS real-server side on queue node n1
 # (192.168.56.11) of cluster 'orders', TUN mode. Idempotent.
-# haqueue must accept clients on 192.168.56.100:11300 (listen on 0.0.0.0 or the VIP).
+# haqueue accepts clients on 192.168.56.100:11300: the leader listens on the VIP (IP_FREEBIND).
 #
 # TUN: the directors wrap each client packet in IPIP (a 20-byte outer header)
 # and send it to this node's address; tunl0 unwraps it and the VIP must be a
