@@ -396,6 +396,22 @@ class ReplicatedQueue(SyncObj):
             self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
         self._hears_majority = heard
 
+    def read_lease_valid(self) -> bool:
+        """May this leader answer a read from its local state?
+
+        Only while it has heard from a majority within `hear_window` (shorter
+        than the election timeout): those followers reset their election
+        timers on its heartbeat, so none of them can have elected another
+        leader yet. A leader just resumed from a pause, or cut off, fails this
+        before pysyncobj notices it lost leadership (design.md I3).
+        """
+        if not self._partners:
+            return True
+        transport = self.transport
+        if transport is None:
+            return False
+        return transport.peers_heard_within(self._hear_window) + 1 > (len(self._partners) + 1) / 2
+
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) before a follower campaigns.
         return self._hears_majority

@@ -71,6 +71,7 @@ class Session(asyncio.Protocol):
         self.reserve_deadline: float | None = None  # loop time
         self.reserve_timed_out = False
         self.timer: asyncio.TimerHandle | None = None
+        self.lease_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.quitting = False
         self.paused_reading = False
@@ -114,6 +115,9 @@ class Session(asyncio.Protocol):
             return
         self.closed = True
         self._cancel_timer()
+        if self.lease_timer is not None:
+            self.lease_timer.cancel()
+            self.lease_timer = None
         self.server.session_closed(self)
 
     def abort(self) -> None:
@@ -140,7 +144,8 @@ class Session(asyncio.Protocol):
     def pump(self) -> None:
         queue = self.queue
         counters = self.server.counters.commands
-        while queue and not self.reserving and not self.blocked_on_writes and not self.quitting:
+        while (queue and not self.reserving and not self.blocked_on_writes and not self.quitting
+               and self.lease_timer is None):
             event = queue[0]
             if type(event) is P.ProtocolError:
                 queue.popleft()
@@ -152,9 +157,17 @@ class Session(asyncio.Protocol):
                 continue
             name = event.name
             kind = _KIND[name]
-            if kind is _READ and self.in_flight:
-                self.blocked_on_writes = True
-                break
+            if kind is _READ:
+                if self.in_flight:
+                    self.blocked_on_writes = True
+                    break
+                if not self.server.node.read_lease_valid():
+                    # Possibly no longer the leader (just resumed, or cut off):
+                    # hold the read until a majority is heard from again, or
+                    # until the step-down drops this connection. Writes need
+                    # no such check: they go through the log.
+                    self._wait_for_lease()
+                    break
             queue.popleft()
             if name in counters:
                 counters[name] += 1
@@ -167,6 +180,18 @@ class Session(asyncio.Protocol):
             self.transport.resume_reading()
         if self.quitting and not self.slots and not self.closed:
             self.transport.close()
+
+    LEASE_RECHECK_S = 0.01
+
+    def _wait_for_lease(self) -> None:
+        self.lease_timer = self.server.loop.call_later(self.LEASE_RECHECK_S, self._lease_recheck)
+
+    def _lease_recheck(self) -> None:
+        self.lease_timer = None
+        if self.closed:
+            return
+        self.pump()
+        self.flush()
 
     def _submit(self, command: tuple) -> None:
         slot = [None]

@@ -65,3 +65,26 @@ def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_a_cut_off_leader_loses_its_read_lease_before_anyone_can_replace_it():
+    timing = RaftTiming()
+    nodes = make_nodes(timing)
+    try:
+        for node in nodes:
+            node.start()
+        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1, 10)
+        leader = next(n for n in nodes if n._isLeader())
+        assert wait_for(leader.read_lease_valid, 2)
+        saved = _cut(nodes, leader)
+        try:
+            cut_at = time.monotonic()
+            assert wait_for(lambda: not leader.read_lease_valid(), 2)
+            lost_after = time.monotonic() - cut_at
+            # Gone before the followers may even start an election.
+            assert lost_after < timing.election_min, lost_after
+        finally:
+            _heal(saved)
+    finally:
+        for node in nodes:
+            node.stop()
