@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from haqueue import admin_client
-from haqueue.cli.main import HaqueueError
+from haqueue.cli.main import load_cluster_file
 
 COLUMNS = ("node", "reachable", "role", "term", "commit", "applied", "lag", "client_port", "leader")
 
@@ -48,12 +48,7 @@ def cluster() -> None:
 @click.option("--digest", is_flag=True, help="Include each node's state digest.")
 def status(config_path, as_json, digest) -> None:
     """A table: node, reachable, role, term, commit, applied, lag, client port, leader."""
-    from haqueue.cluster import ClusterFileError, load_cluster
-
-    try:
-        spec = load_cluster(config_path)
-    except ClusterFileError as exc:
-        raise HaqueueError(str(exc)) from None
+    spec = load_cluster_file(config_path)
     rows = collect(spec, digest=digest)
     if as_json:
         click.echo(json.dumps(rows, indent=2, sort_keys=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from haqueue import admin_client
-from haqueue.cli.main import HaqueueError
+from haqueue.cli.main import HaqueueError, load_cluster_file
 
 
 @click.group()
@@ -21,12 +21,7 @@ def node() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit status says it.")
 def is_leader(config_path, node_id, timeout, quiet) -> None:
     """Exit 0 only if NODE is the Raft leader serving clients."""
-    from haqueue.cluster import ClusterFileError, load_cluster
-
-    try:
-        me = load_cluster(config_path).node(node_id)
-    except ClusterFileError as exc:
-        raise HaqueueError(str(exc)) from None
+    _, me = load_cluster_file(config_path, node_id)
     leader = admin_client.is_leader(me.address, me.admin_port, timeout)
     if not quiet:
         click.echo(f"{node_id}: {'leader' if leader else 'not leader'}")

@@ -15,8 +15,8 @@ from typing import Callable
 import click
 from click.core import ParameterSource
 
-from haqueue.cli.main import HaqueueError
-from haqueue.cluster import Cluster, ClusterFileError, load_cluster
+from haqueue.cli.main import HaqueueError, load_cluster_file
+from haqueue.cluster import Cluster, ClusterFileError
 from haqueue.ops import render
 
 
@@ -55,10 +55,7 @@ def node_option(f: Callable) -> Callable:
 
 def load(config_path: str) -> Cluster:
     """The validated cluster file, or a one-line error naming the problem."""
-    try:
-        return load_cluster(config_path)
-    except ClusterFileError as exc:
-        raise HaqueueError(str(exc)) from None
+    return load_cluster_file(config_path)
 
 
 def made_by(ctx: click.Context, skip: tuple[str, ...] = ("output",)) -> str:

@@ -28,7 +28,7 @@ import sys
 import click
 
 from haqueue import __version__
-from haqueue.cli.main import HaqueueError
+from haqueue.cli.main import HaqueueError, load_cluster_file
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
 
@@ -182,14 +182,9 @@ def _startup_errors():
 
 
 def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
-    from haqueue.cluster import ClusterFileError, load_cluster
     from haqueue.server.app import Listen, NodeOptions
 
-    try:
-        cluster = load_cluster(config_path)
-        me = cluster.node(node_id)
-    except ClusterFileError as exc:
-        raise HaqueueError(str(exc)) from None
+    cluster, me = load_cluster_file(config_path, node_id)
     return NodeOptions(
         listen=Listen(host=me.address, port=me.client_port, vip=cluster.vip_address),
         raft_address=me.raft_endpoint,

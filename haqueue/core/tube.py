@@ -68,13 +68,7 @@ class Tube:
             compact(self.ready)
 
     def peek_ready(self) -> Job | None:
-        heap = self.ready
-        while heap:
-            entry = heap[0]
-            if entry[2].entry is entry:
-                return entry[2]
-            heapq.heappop(heap)
-        return None
+        return _top_live(self.ready)
 
     def unlink_ready(self, job: Job) -> None:
         """Account for a ready job leaving the queue; its heap entry goes stale."""
@@ -100,13 +94,7 @@ class Tube:
         return entry
 
     def peek_delayed(self) -> Job | None:
-        heap = self.delayed
-        while heap:
-            entry = heap[0]
-            if entry[2].entry is entry:
-                return entry[2]
-            heapq.heappop(heap)
-        return None
+        return _top_live(self.delayed)
 
     def unlink_delayed(self, job: Job) -> None:
         """Account for a delayed job leaving the queue; its heap entry goes stale."""
@@ -135,3 +123,13 @@ def compact(heap: list[tuple[int, int, Job]]) -> None:
     hold the list while they pop from it."""
     heap[:] = [entry for entry in heap if entry[2].entry is entry]
     heapq.heapify(heap)
+
+
+def _top_live(heap: list) -> Job | None:
+    """The job at the top of a lazily cleaned heap, dropping stale entries on the way."""
+    while heap:
+        entry = heap[0]
+        if entry[2].entry is entry:
+            return entry[2]
+        heapq.heappop(heap)
+    return None
