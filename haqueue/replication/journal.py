@@ -20,6 +20,13 @@ File format (little endian), a checklist for changing it:
 Metadata (current term, vote, commit index) lives in `<journal>.meta`, written
 to a temporary file, fsynced and renamed, so a vote is on disk before the
 message that reveals it is sent (Raft §5.2).
+
+The leader syncs in the background (`sync_in_background`, one worker thread):
+its own fsync then overlaps the followers' round trip without stopping the
+Raft thread from reading their acknowledgements, and applying an entry waits
+only for the bytes of that entry (`sync(through=...)`), not for entries
+appended since. Truncations wait for a background sync to finish first, so
+`synced_end` never counts bytes of a file that was cut and written again.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import logging
 import os
 import pickle
 import struct
+import threading
 import time
 import zlib
 
@@ -73,11 +81,23 @@ class DurableJournal(Journal):
         self.meta_path = path + ".meta"
         self.meta = self._read_meta()
         self.meta_dirty = False
-        self.dirty = False  # written but not yet fsynced
         self.last_sync = time.monotonic()
         self.syncs = 0
         self.records_written = 0
+        # Background sync: the worker syncs up to `_sync_target` (a file offset)
+        # and then raises `synced_end` to it; both guarded by `_sync_state`.
+        self._sync_state = threading.Condition()
+        self._sync_target: int | None = None
+        self._sync_error: OSError | None = None
+        self._sync_worker: threading.Thread | None = None
+        self._closing = False
         self._open()
+        self.synced_end = self.end  # what a previous run left is as durable as it will get
+
+    @property
+    def dirty(self) -> bool:
+        """Bytes were written that are not yet known to be on disk."""
+        return self.synced_end < self.end
 
     # ------------------------------------------------------------------ file
     def _open(self) -> None:
@@ -121,21 +141,86 @@ class DurableJournal(Journal):
         write_atomically(self.meta_path, pickle.dumps(self.meta, protocol=5), sync=sync)
         self.meta_dirty = False
 
-    def sync(self) -> None:
-        """fsync what was written, if the policy wants it now."""
-        if not self.dirty or self.policy.never:
+    def sync(self, through: int | None = None) -> None:
+        """fsync, if the policy wants it now, so that the file is durable up to
+        offset `through` (default: everything written)."""
+        if self.policy.never:
+            return
+        if self.synced_end >= (self.end if through is None else through):
             return
         if not self.policy.durable:
             if (time.monotonic() - self.last_sync) * 1000 < self.policy.interval_ms:
                 return
+        self._wait_for_background()
+        if self.synced_end >= (self.end if through is None else through):
+            return
         self.force_sync()
 
     def force_sync(self) -> None:
+        self._wait_for_background()
         if self.dirty:
+            target = self.end
             os.fdatasync(self.fd)
             self.syncs += 1
-            self.dirty = False
+            self.synced_end = max(self.synced_end, target)
         self.last_sync = time.monotonic()
+
+    def end_of_index(self, idx: int) -> int:
+        """The file offset just past Raft entry `idx` (the end, if unknown)."""
+        if self.entries:
+            position = idx - self.entries[0][1]
+            if 0 <= position < len(self.offsets) - 1:
+                return self.offsets[position + 1]
+        return self.end
+
+    def sync_in_background(self) -> None:
+        """Start an fsync of everything written so far; do not wait for it."""
+        if self.policy.never or not self.dirty:
+            return
+        with self._sync_state:
+            if self._sync_target is not None:
+                return  # one at a time: the caller asks again on its next round
+            self._sync_target = self.end
+            if self._sync_worker is None:
+                self._sync_worker = threading.Thread(target=self._sync_in_worker, name="journal-sync",
+                                                     daemon=True)
+                self._sync_worker.start()
+            self._sync_state.notify_all()
+
+    def _sync_in_worker(self) -> None:
+        state = self._sync_state
+        while True:
+            with state:
+                while self._sync_target is None and not self._closing:
+                    state.wait()
+                if self._sync_target is None:
+                    return
+                target, fd = self._sync_target, self.fd
+            error = None
+            try:
+                # The fd stays open meanwhile: whatever would close or cut the
+                # file waits for _sync_target to clear (_wait_for_background).
+                os.fdatasync(fd)
+            except OSError as exc:
+                error = exc
+            with state:
+                if error is None:
+                    self.syncs += 1
+                    self.synced_end = max(self.synced_end, target)
+                else:
+                    self._sync_error = error
+                self._sync_target = None
+                state.notify_all()
+
+    def _wait_for_background(self) -> None:
+        if self._sync_worker is None:
+            return
+        with self._sync_state:
+            while self._sync_target is not None:
+                self._sync_state.wait()
+            error, self._sync_error = self._sync_error, None
+        if error is not None:
+            raise error
 
     # ------------------------------------------------------- Journal interface
     def add(self, command, idx, term):
@@ -146,34 +231,38 @@ class DurableJournal(Journal):
         self.entries.append((command, idx, term))
         self.offsets.append(self.end)
         self.end += len(record)
-        self.dirty = True
         self.records_written += 1
+
+    def _truncate(self, end: int) -> None:
+        self._wait_for_background()
+        os.ftruncate(self.fd, end)
+        os.lseek(self.fd, end, os.SEEK_SET)
+        self.end = end
+        self.synced_end = min(self.synced_end, end)
+        # A truncation must reach the disk before anything after it is acked.
+        if not self.policy.never:
+            os.fdatasync(self.fd)
+            self.syncs += 1
+            self.synced_end = end
 
     def clear(self):
         self.entries = []
         self.offsets = []
-        os.ftruncate(self.fd, len(MAGIC))
-        self.end = len(MAGIC)
-        os.lseek(self.fd, self.end, os.SEEK_SET)
-        self.dirty = True
+        self._truncate(len(MAGIC))
 
     def deleteEntriesFrom(self, entryFrom):
         # Raft truncates a conflicting, never-committed suffix.
         if entryFrom >= len(self.entries):
             return
-        self.end = self.offsets[entryFrom]
+        end = self.offsets[entryFrom]
         del self.entries[entryFrom:]
         del self.offsets[entryFrom:]
-        os.ftruncate(self.fd, self.end)
-        os.lseek(self.fd, self.end, os.SEEK_SET)
-        self.dirty = True
-        # A truncation must reach the disk before anything after it is acked.
-        if not self.policy.never:
-            self.force_sync()
+        self._truncate(end)
 
     def deleteEntriesTo(self, entryTo):
         # After a snapshot: rewrite the kept suffix into a new file and swap it
         # in atomically, so a crash leaves either the old or the new journal.
+        self._wait_for_background()  # it must not sync the fd closed below
         kept = self.entries[entryTo:]
         tmp = self.path + ".compact"
         with open(tmp, "wb") as f:
@@ -198,7 +287,7 @@ class DurableJournal(Journal):
         self.entries = kept
         self.offsets = offsets
         self.end = pos
-        self.dirty = False
+        self.synced_end = pos
 
     def __getitem__(self, item):
         return self.entries[item]
@@ -207,6 +296,12 @@ class DurableJournal(Journal):
         return len(self.entries)
 
     def _destroy(self):
+        worker = self._sync_worker
+        if worker is not None:
+            with self._sync_state:
+                self._closing = True
+                self._sync_state.notify_all()
+            worker.join()
         try:
             if not self.policy.never:
                 self.force_sync()

@@ -14,8 +14,9 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    policy) to our journal there and leave every other call untouched.
 3. fsync points: a follower syncs before any message leaves it
    (SyncingTransport), so it never acknowledges an entry that is not on disk;
-   the leader syncs before applying a committed entry, so no reply reports a
-   change that is on disk on fewer than a majority.
+   the leader starts syncing as soon as it has sent new entries (in the
+   journal's worker thread) and waits for an entry's bytes before applying
+   it, so no reply reports a change that is on disk on fewer than a majority.
 4. Exceptions: an exception raised inside a replicated method makes pysyncobj
    retry the same entry forever. `apply_entry` therefore never raises: the core
    turns bugs into INTERNAL_ERROR results, and an entry this code cannot read
@@ -354,10 +355,10 @@ class ReplicatedQueue(SyncObj):
         journal = self.journal
         if journal is not None and journal.dirty and self.policy.durable:
             # The leader has just sent new entries to its followers; syncing
-            # its own copy now overlaps with their round trip instead of
-            # adding to it when the entries commit (apply_entry syncs too,
-            # and finds nothing left to do).
-            journal.sync()
+            # its own copy now, in the journal's worker, overlaps with their
+            # round trip, and this thread still reads their acknowledgements
+            # meanwhile (apply_entry waits for the entry's own bytes).
+            journal.sync_in_background()
         if self._commit_pending:
             self._commit_pending = False
             timeout = 0
@@ -429,7 +430,8 @@ class ReplicatedQueue(SyncObj):
     def apply_entry(self, data):
         journal = self.journal
         if journal is not None:
-            journal.sync()  # the leader's own copy is on disk before any reply
+            # This entry is on this node's disk before any reply reports it.
+            journal.sync(through=journal.end_of_index(self.raftLastApplied + 1))
         try:
             stamp, commands = decode_batch(data)
         except LogFormatError as exc:

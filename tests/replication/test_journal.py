@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
 from haqueue.replication.journal import DurableJournal
 
@@ -89,3 +91,63 @@ def test_term_and_vote_are_stored_at_once(tmp_path):
     # No _destroy: a crash right after the vote must not lose it.
     assert DurableJournal(path, NEVER).getCurrentTerm() == 7
     assert DurableJournal(path, NEVER).getVotedForNodeId() == "127.0.0.1:1"
+
+
+def test_a_background_sync_covers_what_was_written_before_it_started(tmp_path):
+    j = DurableJournal(str(tmp_path / "j"), DURABLE)
+    j.add(b"one", 1, 1)
+    j.add(b"two", 2, 1)
+    j.sync_in_background()
+    j.add(b"three", 3, 1)  # after the sync started: not covered by it
+    j.sync(through=j.end_of_index(2))  # waits for the worker, no fsync of its own
+    assert j.synced_end >= j.end_of_index(2) and j.syncs == 1
+    assert j.dirty  # "three" is written but not yet known durable
+    j.sync()
+    assert not j.dirty and j.syncs == 2
+    j._destroy()
+    assert not j._sync_worker.is_alive()
+
+
+def test_end_of_index_is_the_offset_just_past_that_entry(tmp_path):
+    j = DurableJournal(str(tmp_path / "j"), DURABLE)
+    for i in range(1, 4):
+        j.add(b"c%d" % i, i, 1)
+    assert j.end_of_index(1) == j.offsets[1]
+    assert j.end_of_index(2) == j.offsets[2]
+    assert j.end_of_index(3) == j.end
+    assert j.end_of_index(99) == j.end  # unknown: everything
+    j._destroy()
+
+
+def test_truncating_after_a_background_sync_is_durable_and_exact(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 6):
+        j.add(b"c%d" % i, i, 1)
+    j.sync_in_background()
+    j.deleteEntriesFrom(2)  # waits for the worker before cutting the file
+    assert j.synced_end == j.end and not j.dirty
+    j.add(b"c3'", 3, 2)
+    j.sync_in_background()
+    j.deleteEntriesTo(1)  # closes and reopens the file: waits for the worker first
+    assert not j.dirty
+    j._destroy()
+    assert [(e[0], e[1]) for e in DurableJournal(path, NEVER).entries] == [(b"c2", 2), (b"c3'", 3)]
+
+
+def test_a_failed_background_sync_is_raised_to_the_next_sync(tmp_path):
+    j = DurableJournal(str(tmp_path / "j"), DURABLE)
+    j.add(b"one", 1, 1)
+    fd = j.fd
+    j.fd = os.open(os.devnull, os.O_RDONLY)  # fdatasync on it fails (EINVAL)
+    try:
+        j.sync_in_background()
+        with pytest.raises(OSError):
+            j.sync()
+        assert j.dirty  # nothing was claimed durable
+    finally:
+        os.close(j.fd)
+        j.fd = fd
+    j.sync()
+    assert not j.dirty
+    j._destroy()
