@@ -357,8 +357,13 @@ class ReplicatedQueue(SyncObj):
             # The leader has just sent new entries to its followers; syncing
             # its own copy now, in the journal's worker, overlaps with their
             # round trip, and this thread still reads their acknowledgements
-            # meanwhile (apply_entry waits for the entry's own bytes).
-            journal.sync_in_background()
+            # meanwhile (apply_entry waits for the entry's own bytes). A lone
+            # node has no round trip to overlap: the handoff would only add
+            # a thread wakeup before every apply.
+            if self._partners:
+                journal.sync_in_background()
+            else:
+                journal.sync()
         if self._commit_pending:
             self._commit_pending = False
             timeout = 0
