@@ -92,8 +92,8 @@ def down(directory: str) -> None:
 
 @lab.command()
 @dir_option
-@click.option("--scenario", required=True, help="kill-leader, pause-leader, partition-leader, kill-keepalived, "
-              "restart-all, rolling-restart, mix or all.")
+@click.option("--scenario", required=True, help="kill-leader, pause-leader, partition-leader, isolate-leader, "
+              "cut-follower, kill-keepalived, restart-all, rolling-restart, mix or all.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
               help="Faults to inject (with `all`: rounds of every scenario).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")

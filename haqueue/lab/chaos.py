@@ -21,13 +21,17 @@ Scenarios (each a function of the lab and a seeded random source):
   isolate-leader     detach the leader's port from the bridge for 2-4 s, then
                      reattach: its link stays up, so only the leader check
                      (haqueue stepping down) can take the VIP off it
+  cut-follower       blackhole the leader and one follower from each other for
+                     2-4 s (a partial partition: both still reach the third
+                     node and the clients); records whether the leader kept
+                     leading at its term (pre-vote: it should)
   kill-keepalived    SIGKILL keepalived on the leader; restart it 1 s later (as
                      the generated unit's Restart= would)
   restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
   mix                each fault drawn at random from the above
-  all                each of the above in turn (a plan of runs x 7 faults)
+  all                each of the above in turn (a plan of runs x 8 faults)
 """
 
 from __future__ import annotations
@@ -112,6 +116,32 @@ def isolate_leader(lab: Lab, rng: random.Random) -> dict:
                       lambda node, up: topology.set_port(lab.state, node, attached=up))
 
 
+def cut_follower(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    hold = round(rng.uniform(2.0, 4.0), 2)
+    before = lab.node_status(leader) or {}
+    fault = _fault("cut-follower", leader, follower=follower, partition_s=hold)
+    state = lab.state
+    cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower))),
+            (state.node_ns(follower), state.node_address(NODE_IDS.index(leader)))]
+    for ns, address in cuts:
+        topology.set_blackhole(ns, address, True)
+    kept = True
+    try:
+        while time.monotonic() < fault["t"] + hold:
+            # The cut itself is the fault; this loop watches the leader through it.
+            now = lab.node_status(leader) or {}
+            if now.get("role") != "leader" or now.get("term") != before.get("term"):
+                kept = False
+            time.sleep(0.02)
+    finally:
+        for ns, address in cuts:
+            topology.set_blackhole(ns, address, False)
+    fault["leader_kept"] = kept
+    return fault
+
+
 def kill_keepalived(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     name = f"keepalived-{leader}"
@@ -154,6 +184,7 @@ SCENARIOS = {
     "pause-leader": pause_leader,
     "partition-leader": partition_leader,
     "isolate-leader": isolate_leader,
+    "cut-follower": cut_follower,
     "kill-keepalived": kill_keepalived,
     "restart-all": restart_all,
     "rolling-restart": rolling_restart,
@@ -310,6 +341,10 @@ def format_report(report: dict) -> str:
             s = checker.summary(released)
             lines.append(f"  {name}: the old leader released the VIP after median {s['median']:.3f} s, "
                          f"max {s['max']:.3f} s")
+    cuts = [f for f in report["faults"] if f["name"] == "cut-follower"]
+    if cuts:
+        kept = sum(1 for f in cuts if f.get("leader_kept"))
+        lines.append(f"  cut-follower: the leader kept leading at its term through {kept} of {len(cuts)} cuts")
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
     for error in report["errors"]:
         lines.append(f"  error: {error}")

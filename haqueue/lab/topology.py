@@ -187,6 +187,16 @@ def set_port(state: LabState, member: str, attached: bool) -> None:
         sw.link("set", index=port, master=master)
 
 
+def set_blackhole(ns: str, address: str, on: bool) -> None:
+    """Add or remove a blackhole route to one address inside a namespace.
+
+    Blackholing the leader and one follower from each other is a partial
+    partition: both still reach the third node and the clients.
+    """
+    with IPRoute(netns=ns) as ipr:
+        ipr.route("add" if on else "del", dst=f"{address}/32", type="blackhole")
+
+
 def addresses(ns: str) -> list[str]:
     """IPv4 addresses on the namespace's eth1."""
     with IPRoute(netns=ns) as ipr:

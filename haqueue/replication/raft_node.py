@@ -41,16 +41,26 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    leader died was lost and every failover took a second election round
    (~1 s instead of ~0.5 s). Each node sends its peers a keepalive every
    heartbeat, which also makes connectionTimeout a real failure detector.
-9. Campaign only while hearing a majority (in place of pre-vote, which
-   pysyncobj lacks). pysyncobj campaigns whenever any link looks open, so a
-   follower cut off from the others kept raising its term until its links
-   timed out, and on healing its higher term deposed a healthy leader (which
-   drops every client). We override its private `__connectedToAnyone` check:
-   a node campaigns only if it heard (any message, keepalives included) from
-   enough peers to make a majority within `hear_window`, shorter than the
-   election timeout; on hearing a majority again it starts a fresh election
-   timeout, in which a live leader's heartbeat reaches it first. Both only
-   delay elections, which Raft's safety never depends on.
+9. Campaign only while hearing a majority, and only after a pre-vote
+   (Raft thesis §9.6; pysyncobj has neither). pysyncobj campaigns whenever any
+   link looks open, so a follower cut off from the others kept raising its
+   term until its links timed out, and on healing its higher term deposed a
+   healthy leader (which drops every client). We override its private
+   `__connectedToAnyone` check. A node campaigns only if it heard (any
+   message, keepalives included) from enough peers to make a majority within
+   `hear_window`, shorter than the election timeout; on hearing a majority
+   again it starts a fresh election timeout, in which a live leader's
+   heartbeat reaches it first. And it first asks its peers whether they would
+   vote for it at the next term (PREVOTE, which changes nothing on either
+   side); a peer says yes only if it has not heard a leader within the
+   minimum election timeout and the asker's log is at least as up to date.
+   So a follower cut off from the leader alone (a partial partition) never
+   raises its term while the other follower still hears the leader. One
+   exception: a node that hears a leader of a lower term than its own (its
+   term rose while it was cut off) campaigns without asking, as pysyncobj
+   would, because that leader ignores it and no peer would say yes: one
+   election brings it back. All of this only delays elections, which Raft's
+   safety never depends on.
 10. The wire: pysyncobj's per-message zlib and Fernet cost more than the rest
    of a commit's message handling; wire.py seals with AES-GCM and stores
    small messages uncompressed (installed below, when this module loads).
@@ -121,6 +131,8 @@ wire.install()
 # Any message type pysyncobj does not know is ignored on arrival (also by
 # older haqueue nodes); reading it keeps the link alive.
 KEEPALIVE = {"type": "haqueue-keepalive"}
+PREVOTE = "haqueue-prevote"  # would you vote for me at this term? (point 9)
+PREVOTE_REPLY = "haqueue-prevote-reply"
 
 
 class SyncingTransport(TCPTransport):
@@ -136,6 +148,8 @@ class SyncingTransport(TCPTransport):
         self.peers_up: set = set()
         self.last_heard: dict = {}  # node -> monotonic time of its last message
         self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
+        self.leader_heard_at = float("-inf")  # append_entries of this node's term or later
+        self.stale_leader_heard_at = float("-inf")  # append_entries of an older term
         syncObj.transport = self
 
     def setOnMessageReceivedCallback(self, callback):
@@ -145,8 +159,16 @@ class SyncingTransport(TCPTransport):
         sync_obj = self._syncObj
 
         def received(node, message):
-            last_heard[node] = time.monotonic()
-            if message.get("type") == "append_entries":
+            now = last_heard[node] = time.monotonic()
+            kind = message.get("type")
+            if kind == PREVOTE or kind == PREVOTE_REPLY:
+                sync_obj._on_prevote_message(node, message)
+                return
+            if kind == "append_entries":
+                if message.get("term", -1) >= sync_obj.raftCurrentTerm:
+                    self.leader_heard_at = now
+                else:
+                    self.stale_leader_heard_at = now
                 # pysyncobj would truncate entries that do not conflict
                 # (append_guard.py); hand it the message Raft would act on.
                 callback(node, append_guard.trim(message, sync_obj._SyncObj__raftLog))
@@ -288,6 +310,11 @@ class ReplicatedQueue(SyncObj):
         self._keepalive_period = timing.heartbeat
         self._hear_window = timing.hear_window
         self._hears_majority = not partner_addresses
+        self._election_min = timing.election_min
+        self._prevote_round = 0
+        self._prevote_term: int | None = None  # the term the current pre-vote asks about
+        self._prevote_started = float("-inf")
+        self._prevote_grants: set = set()
         self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
         conf = SyncObjConf(
             autoTick=False,
@@ -423,8 +450,45 @@ class ReplicatedQueue(SyncObj):
         return transport.peers_heard_within(self._hear_window) + 1 > (len(self._partners) + 1) / 2
 
     def _SyncObj__connectedToAnyone(self) -> bool:
-        # pysyncobj asks this (name-mangled) before a follower campaigns.
-        return self._hears_majority
+        # pysyncobj asks this (name-mangled) on every tick once a follower's
+        # election timeout has run out; True starts a campaign (point 9).
+        if not self._partners:
+            return True
+        if not self._hears_majority or self.transport is None:
+            return False
+        now = time.monotonic()
+        if now - self.transport.stale_leader_heard_at < self._election_min:
+            return True  # our term outran a live leader's: only an election reconciles them
+        term = self.raftCurrentTerm + 1
+        if self._prevote_term == term and len(self._prevote_grants) + 1 > (len(self._partners) + 1) / 2:
+            self._prevote_term = None  # spent: the next campaign asks again
+            return True
+        if self._prevote_term != term or now - self._prevote_started >= self._keepalive_period:
+            self._start_prevote(term, now)
+        return False
+
+    def _start_prevote(self, term: int, now: float) -> None:
+        self._prevote_round += 1
+        self._prevote_term, self._prevote_started, self._prevote_grants = term, now, set()
+        message = {"type": PREVOTE, "term": term, "round": self._prevote_round,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for node in self._SyncObj__otherNodes:
+            self.transport.send(node, message)
+
+    def _on_prevote_message(self, node, message: dict) -> None:
+        """Both sides of a pre-vote; runs in the tick thread (a received message)."""
+        if message["type"] == PREVOTE:
+            heard_leader = time.monotonic() - self.transport.leader_heard_at < self._election_min
+            mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+            granted = (not self._isLeader() and not heard_leader
+                       and message["term"] > self.raftCurrentTerm
+                       and (message["last_log_term"], message["last_log_index"]) >= mine)
+            self.transport.send(node, {"type": PREVOTE_REPLY, "term": message["term"],
+                                       "round": message["round"], "granted": granted})
+        elif (message.get("granted") and message.get("round") == self._prevote_round
+              and message.get("term") == self._prevote_term):
+            self._prevote_grants.add(node)
 
     # --------------------------------------------------------- replication
     def submit(self, data: bytes, callback) -> None:

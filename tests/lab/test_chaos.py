@@ -74,6 +74,8 @@ def test_every_fault_scenario_loses_nothing_and_leaves_the_vip_on_the_leader(lab
     print(format_report(every))
     assert_clean(every)
     assert sorted(every["failover_by_scenario"]) == sorted(set(every["plan"]))
+    cuts = [f for f in every["faults"] if f["name"] == "cut-follower"]
+    assert cuts and all(f["leader_kept"] for f in cuts), format_report(every)  # pre-vote
     assert_vip_on_the_raft_leader(lab)
 
     # Jobs no history knows of (as an interrupted run would leave) are

@@ -1,15 +1,17 @@
-"""A follower that hears nobody does not campaign, so healing it deposes no one (issue 3, pre-vote).
+"""Elections only when they help: campaign while hearing a majority, after a pre-vote (issue 3).
 
 pysyncobj has no pre-vote: a follower cut off from the others keeps
 campaigning while its links still look open, raising its term, and when the
 partition heals its higher term deposes a healthy leader, which drops every
-client connection. ReplicatedQueue campaigns only while it hears a majority
-(itself included), and on hearing one again waits a fresh election timeout,
-in which a live leader's heartbeat reaches it first.
+client connection; a follower cut off from the leader alone (still hearing the
+other follower) took leadership away for as long as the cut lasted.
+ReplicatedQueue campaigns only while it hears a majority (itself included),
+waits a fresh election timeout on hearing one again, and asks for a pre-vote
+first, which peers that still hear a leader refuse (raft_node point 9).
 
-The partition here drops every message between the victim and the others
-where pysyncobj receives it, while the TCP links stay up: the first second of
-a real partition, for as long as the test likes.
+The partitions here drop messages where pysyncobj receives them, while the TCP
+links stay up: the first second of a real partition, for as long as the test
+likes. The chaos lab's cut-follower scenario does the same with real routes.
 """
 
 from __future__ import annotations
@@ -85,6 +87,86 @@ def test_a_cut_off_leader_loses_its_read_lease_before_anyone_can_replace_it():
             assert lost_after < timing.election_min, lost_after
         finally:
             _heal(saved)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _cut_between(a, b) -> list:
+    """Drop every message between `a` and `b` only: a partial partition."""
+    saved = []
+    for me, other in ((a, b), (b, a)):
+        transport = me._SyncObj__transport
+        deliver = transport._onMessageReceivedCallback
+
+        def filtered(sender, message, deliver=deliver, other=other):
+            if sender.address == other.selfNode.address:
+                return
+            deliver(sender, message)
+
+        transport._onMessageReceivedCallback = filtered
+        saved.append((transport, deliver))
+    return saved
+
+
+def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
+    # The follower still hears the other follower, so it hears a majority and
+    # its election timer runs out: it asks the others first (pre-vote), and the
+    # one that still hears the leader says no. Without pre-vote it campaigned,
+    # the other follower took its higher term and stopped acknowledging the
+    # leader, and leadership moved (or flapped) for as long as the cut lasted.
+    timing = RaftTiming()
+    nodes = make_nodes(timing)
+    try:
+        for node in nodes:
+            node.start()
+        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
+                     and all(n._getLeader() is not None for n in nodes), 10)
+        leader = next(n for n in nodes if n._isLeader())
+        victim, bystander = [n for n in nodes if not n._isLeader()]
+        term = leader.raftCurrentTerm
+
+        saved = _cut_between(leader, victim)
+        deadline = time.monotonic() + timing.election_max * 5
+        while time.monotonic() < deadline:
+            assert leader._isLeader() and bystander._getLeader() == leader.selfNode, "leadership moved"
+            time.sleep(0.01)
+        assert {n.raftCurrentTerm for n in nodes} == {term}, "someone campaigned"
+        _heal(saved)
+
+        assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
+        assert leader._isLeader() and leader.raftCurrentTerm == term
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
+    # Its term rose while it was cut off (say it won a pre-vote, then lost the
+    # link before its request_vote arrived). pysyncobj ignores append_entries
+    # of a lower term, and peers that hear their leader refuse it a pre-vote:
+    # only an election at its higher term can bring it back, so it holds one.
+    timing = RaftTiming()
+    nodes = make_nodes(timing)
+    try:
+        for node in nodes:
+            node.start()
+        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
+                     and all(n._getLeader() is not None for n in nodes), 10)
+        victim = next(n for n in nodes if not n._isLeader())
+        term = victim.raftCurrentTerm
+        saved = _cut(nodes, victim)
+        with victim.state_lock:
+            victim._SyncObj__setCurrentTerm(term + 1, None)
+        _heal(saved)
+
+        def whole() -> bool:
+            leaders = [n for n in nodes if n._isLeader()]
+            return (len(leaders) == 1 and all(n._getLeader() == leaders[0].selfNode for n in nodes)
+                    and len({n.raftCurrentTerm for n in nodes}) == 1)
+
+        assert wait_for(whole, 5), [(n.raftCurrentTerm, n._getLeader()) for n in nodes]
+        assert victim.raftCurrentTerm > term + 1
     finally:
         for node in nodes:
             node.stop()
