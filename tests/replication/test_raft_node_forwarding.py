@@ -14,16 +14,11 @@ import threading
 
 from haqueue.core import commands as C
 from haqueue.replication.raft_node import FAIL_SUCCESS, RaftTiming
-from tests.replication.raft_nodes import make_nodes, wait_for
+from tests.replication.raft_nodes import running_cluster, wait_for
 
 
 def test_command_submitted_on_a_follower_fails_and_is_never_applied():
-    nodes = make_nodes(RaftTiming())
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
-                     and all(n._getLeader() is not None for n in nodes), 10)
+    with running_cluster(RaftTiming()) as nodes:
         leader = next(n for n in nodes if n._isLeader())
         follower = next(n for n in nodes if not n._isLeader())
 
@@ -47,6 +42,3 @@ def test_command_submitted_on_a_follower_fails_and_is_never_applied():
         for node in nodes:
             with node.state_lock:
                 assert len(node.state.jobs) == 0
-    finally:
-        for node in nodes:
-            node.stop()

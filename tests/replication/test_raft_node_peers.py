@@ -14,17 +14,12 @@ import time
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from haqueue.replication.raft_node import RaftTiming
-from tests.replication.raft_nodes import make_nodes, wait_for
+from tests.replication.raft_nodes import running_cluster
 
 
 def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_connection_timeout():
     timing = RaftTiming()
-    nodes = make_nodes(timing)
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
-                     and all(n._getLeader() is not None for n in nodes), 10)
+    with running_cluster(timing) as nodes:
         a, b = [n for n in nodes if not n._isLeader()]
         time.sleep(timing.connection_timeout * 2)  # nothing to replicate: only heartbeats flow
 
@@ -33,6 +28,3 @@ def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_conne
         # What a candidate does first: send to its peer. The link must carry it.
         assert transport.send(to_b, {"type": "haqueue-probe"})
         assert transport._connections[to_b].state == CONNECTION_STATE.CONNECTED
-    finally:
-        for node in nodes:
-            node.stop()

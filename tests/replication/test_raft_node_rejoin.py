@@ -19,63 +19,40 @@ from __future__ import annotations
 import time
 
 from haqueue.replication.raft_node import RaftTiming
-from tests.replication.raft_nodes import make_nodes, wait_for
+from tests.replication.raft_nodes import drop_messages, heal, running_cluster, wait_for
 
 
 def _cut(nodes, victim) -> list:
-    """Drop every message to or from `victim`; returns what heal() needs."""
-    saved = []
-    for node in nodes:
-        transport = node._SyncObj__transport
-        deliver = transport._onMessageReceivedCallback
-
-        def filtered(sender, message, deliver=deliver, me=node):
-            if me is victim or sender.address == victim.selfNode.address:
-                return
-            deliver(sender, message)
-
-        transport._onMessageReceivedCallback = filtered
-        saved.append((transport, deliver))
-    return saved
+    """Drop every message to or from `victim`."""
+    others = [n for n in nodes if n is not victim]
+    return drop_messages(others, [victim]) + drop_messages([victim], others)
 
 
-def _heal(saved) -> None:
-    for transport, deliver in saved:
-        transport._onMessageReceivedCallback = deliver
+def _cut_between(a, b) -> list:
+    """Drop every message between `a` and `b` only: a partial partition."""
+    return drop_messages([a], [b]) + drop_messages([b], [a])
 
 
 def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader():
     timing = RaftTiming()
-    nodes = make_nodes(timing)
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
-                     and all(n._getLeader() is not None for n in nodes), 10)
+    with running_cluster(timing) as nodes:
         leader = next(n for n in nodes if n._isLeader())
         victim = next(n for n in nodes if not n._isLeader())
         term = leader.raftCurrentTerm
 
         saved = _cut(nodes, victim)
-        time.sleep(timing.election_max * 4)  # several election timeouts alone
+        time.sleep(timing.election_max * 4)  # the cut is the fault: several election timeouts alone
         assert victim.raftCurrentTerm == term, "the cut-off follower campaigned"
-        _heal(saved)
+        heal(saved)
 
         assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
-        time.sleep(timing.election_max * 2)
+        time.sleep(timing.election_max * 2)  # time in which a deposition would show
         assert leader._isLeader() and leader.raftCurrentTerm == term, "the healed follower deposed the leader"
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 def test_a_cut_off_leader_loses_its_read_lease_before_anyone_can_replace_it():
     timing = RaftTiming()
-    nodes = make_nodes(timing)
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1, 10)
+    with running_cluster(timing) as nodes:
         leader = next(n for n in nodes if n._isLeader())
         assert wait_for(leader.read_lease_valid, 2)
         saved = _cut(nodes, leader)
@@ -86,27 +63,7 @@ def test_a_cut_off_leader_loses_its_read_lease_before_anyone_can_replace_it():
             # Gone before the followers may even start an election.
             assert lost_after < timing.election_min, lost_after
         finally:
-            _heal(saved)
-    finally:
-        for node in nodes:
-            node.stop()
-
-
-def _cut_between(a, b) -> list:
-    """Drop every message between `a` and `b` only: a partial partition."""
-    saved = []
-    for me, other in ((a, b), (b, a)):
-        transport = me._SyncObj__transport
-        deliver = transport._onMessageReceivedCallback
-
-        def filtered(sender, message, deliver=deliver, other=other):
-            if sender.address == other.selfNode.address:
-                return
-            deliver(sender, message)
-
-        transport._onMessageReceivedCallback = filtered
-        saved.append((transport, deliver))
-    return saved
+            heal(saved)
 
 
 def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
@@ -116,12 +73,7 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
     # the other follower took its higher term and stopped acknowledging the
     # leader, and leadership moved (or flapped) for as long as the cut lasted.
     timing = RaftTiming()
-    nodes = make_nodes(timing)
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
-                     and all(n._getLeader() is not None for n in nodes), 10)
+    with running_cluster(timing) as nodes:
         leader = next(n for n in nodes if n._isLeader())
         victim, bystander = [n for n in nodes if not n._isLeader()]
         term = leader.raftCurrentTerm
@@ -132,13 +84,10 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
             assert leader._isLeader() and bystander._getLeader() == leader.selfNode, "leadership moved"
             time.sleep(0.01)
         assert {n.raftCurrentTerm for n in nodes} == {term}, "someone campaigned"
-        _heal(saved)
+        heal(saved)
 
         assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
         assert leader._isLeader() and leader.raftCurrentTerm == term
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
@@ -146,19 +95,13 @@ def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
     # link before its request_vote arrived). pysyncobj ignores append_entries
     # of a lower term, and peers that hear their leader refuse it a pre-vote:
     # only an election at its higher term can bring it back, so it holds one.
-    timing = RaftTiming()
-    nodes = make_nodes(timing)
-    try:
-        for node in nodes:
-            node.start()
-        assert wait_for(lambda: sum(n._isLeader() for n in nodes) == 1
-                     and all(n._getLeader() is not None for n in nodes), 10)
+    with running_cluster(RaftTiming()) as nodes:
         victim = next(n for n in nodes if not n._isLeader())
         term = victim.raftCurrentTerm
         saved = _cut(nodes, victim)
         with victim.state_lock:
             victim._SyncObj__setCurrentTerm(term + 1, None)
-        _heal(saved)
+        heal(saved)
 
         def whole() -> bool:
             leaders = [n for n in nodes if n._isLeader()]
@@ -167,6 +110,3 @@ def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
 
         assert wait_for(whole, 5), [(n.raftCurrentTerm, n._getLeader()) for n in nodes]
         assert victim.raftCurrentTerm > term + 1
-    finally:
-        for node in nodes:
-            node.stop()
