@@ -471,6 +471,11 @@ class QueueState:
         tube = self.tubes.get(tube_name)
         if tube is not None and tube.job_count == 0:
             del self.tubes[tube_name]
+            # Only stale entries are left, and their jobs point back at the
+            # tube: a reference cycle the server's frozen collector would
+            # never find (server/gc_policy.py). Cut it.
+            tube.ready.clear()
+            tube.delayed.clear()
         return DONE
 
     def _tick(self, cmd: tuple, now: int) -> tuple:

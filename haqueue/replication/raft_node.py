@@ -144,6 +144,7 @@ class SyncingTransport(TCPTransport):
     """
 
     def __init__(self, syncObj, selfNode, otherNodes):
+        self._outgoing: set = set()  # before super(): it adds the nodes
         super().__init__(syncObj, selfNode, otherNodes)
         self.peers_up: set = set()
         self.last_heard: dict = {}  # node -> monotonic time of its last message
@@ -201,6 +202,22 @@ class SyncingTransport(TCPTransport):
     def _onNodeDisconnected(self, node):
         self.peers_up.discard(node)
         super()._onNodeDisconnected(node)
+
+    def _onDisconnected(self, conn):
+        super()._onDisconnected(conn)
+        if conn not in self._outgoing:
+            # pysyncobj gives each accepted connection callbacks that are
+            # partials holding the connection itself: a cycle, which the
+            # server's frozen collector would never find (server/gc_policy.py).
+            # An accepted connection is never reused once it is down.
+            conn.setOnMessageReceivedCallback(None)
+            conn.setOnDisconnectedCallback(None)
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
     def keep_alive(self) -> None:
         """Send every peer a message pysyncobj ignores (point 8 above)."""

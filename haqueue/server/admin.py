@@ -6,14 +6,22 @@ GET /leader  200 only on the leader that is serving clients, else 503 — the
              keepalived and LVS route to the leader alone
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (design.md I2)
+GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
+             pause, objects frozen; with ?collect=1 also the unreachable
+             objects found among them by a full pass, which stops the node
+             for as long as the pass takes (~0.4 s per million jobs): ask a
+             follower
 Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+
+from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,13 @@ class AdminServer:
                     status["digest"] = node_server.state.digest()
                     status["jobs"] = len(node_server.state.jobs)
             return 200, "application/json", json.dumps(status, sort_keys=True).encode() + b"\n"
+        if route == "/gc" and node_server.collector is not None:
+            collector = node_server.collector
+            report = {"freezes": collector.freezes, "longest_pause_ms": round(collector.longest_pause_ms, 3),
+                      "frozen_objects": gc.get_freeze_count(), "thresholds": list(gc.get_threshold())}
+            if "collect=1" in query.split("&"):
+                report["frozen_garbage"] = frozen_garbage()
+            return 200, "application/json", json.dumps(report, sort_keys=True).encode() + b"\n"
         return 404, "text/plain", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,3 +90,4 @@ class AdminServer:
             pass
         finally:
             writer.close()
+            cut_transport_cycle(writer.transport)

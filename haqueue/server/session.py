@@ -27,6 +27,7 @@ from functools import partial
 from haqueue.core import commands as C
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
+from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
 from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
@@ -119,6 +120,7 @@ class Session(asyncio.Protocol):
             self.lease_timer.cancel()
             self.lease_timer = None
         self.server.session_closed(self)
+        cut_transport_cycle(self.transport)
 
     def abort(self) -> None:
         """Drop the connection without replying (outcome unknown / not leader)."""

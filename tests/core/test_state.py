@@ -486,6 +486,17 @@ def test_forget_tube_drops_an_empty_tube(state):
     assert "t" not in state.tubes
 
 
+def test_a_forgotten_tube_lets_go_of_its_stale_entries(state):
+    # A job deleted while ready or delayed leaves a stale heap entry that points
+    # at the job, whose tube points back: a cycle that a frozen collector would
+    # never find (server/gc_policy.py). Forgetting the tube cuts it.
+    run(state, T0, put("t"), put("t", delay=1000), delete(1, 1), delete(1, 2))
+    tube = state.tube("t")
+    assert tube.ready and tube.delayed  # stale, lazily cleaned
+    assert one(state, T0, forget("t")) == ("OK",)
+    assert tube.ready == [] and tube.delayed == []
+
+
 @pytest.mark.parametrize("setup", ["ready", "delayed", "reserved", "buried"])
 def test_forget_tube_keeps_a_tube_that_holds_jobs(state, setup):
     run(state, T0, put("t", delay=1000 if setup == "delayed" else 0))

@@ -9,12 +9,15 @@ failover ~1 s instead of ~0.5 s). ReplicatedQueue keeps every link alive.
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from haqueue.replication.raft_node import RaftTiming
-from tests.replication.raft_nodes import running_cluster
+from haqueue.replication.fsync_policy import NEVER
+from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+from tests.replication.raft_nodes import running_cluster, wait_for
 
 
 def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_connection_timeout():
@@ -28,3 +31,45 @@ def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_conne
         # What a candidate does first: send to its peer. The link must carry it.
         assert transport.send(to_b, {"type": "haqueue-probe"})
         assert transport._connections[to_b].state == CONNECTION_STATE.CONNECTED
+
+
+def test_a_dropped_incoming_link_is_freed_by_reference_counting():
+    # pysyncobj wires an accepted connection to itself through its callbacks;
+    # once down it must not need the cycle collector, which the server keeps
+    # from walking frozen objects (haqueue/server/gc_policy.py).
+    with running_cluster(RaftTiming()) as nodes:
+        accepted = None
+        for acceptor in nodes:
+            transport = acceptor.transport
+            for peer_node, conn in transport._connections.items():
+                if conn not in transport._outgoing:
+                    accepted = (acceptor, peer_node, conn)
+                    break
+            if accepted:
+                break
+        assert accepted, "no node holds an accepted connection"
+        acceptor, peer_node, conn = accepted
+        gone = weakref.ref(conn)
+        del conn, accepted
+        peer = next(n for n in nodes if n.selfNode.address == peer_node.address)
+        partners = [n.selfNode.address for n in nodes if n is not peer]
+        gc.disable()
+        try:
+            peer.stop()  # its side closes: the acceptor sees the link go down
+            restarted = ReplicatedQueue(peer_node.address, partners, data_dir=None, policy=NEVER, secret="s",
+                                        timing=RaftTiming())
+            restarted.start()
+            try:
+                # The restarted peer connects again, replacing the dead link.
+                assert wait_for(lambda: acceptor.transport._connections.get(peer_node) not in (None, gone()), 5)
+                # pysyncobj's poller may still map the dead link's old fd to it
+                # until a new socket reuses the number; do what that reuse does.
+                callbacks = acceptor._poller._PollPoller__descrToCallbacks
+                for fd, callback in list(callbacks.items()):
+                    if getattr(callback, "__self__", None) is gone():
+                        callbacks.pop(fd)
+                assert gone() is None, "the dead connection is kept alive by a cycle"
+            finally:
+                restarted.stop()
+        finally:
+            gc.enable()
