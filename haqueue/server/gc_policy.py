@@ -24,8 +24,8 @@ that live past a freeze must not form cycles that outlive them. Jobs, heap
 entries and tube records hold numbers, strings, bytes and each other; a
 forgotten tube's stale heap entries are cleared (core/state.py), and a closed
 connection's asyncio transport has its self-reference cut
-(`cut_transport_cycle`). What else could become cyclic garbage after living a
-second is measured, not assumed: `frozen_garbage()` unfreezes, runs a full
+(`cut_transport_cycle`). What else could become cyclic garbage after living past
+a freeze is measured, not assumed: `frozen_garbage()` unfreezes, runs a full
 collection and refreezes; a test churns connections, tubes and jobs through
 a node and checks it finds (almost) nothing, and the admin endpoint `/gc`
 reports the frozen population (and, asked, runs the full pass) so a slow leak
@@ -39,8 +39,8 @@ import gc
 import time
 
 FREEZE_EVERY = 0.25  # seconds; 1 s let the leader's longest pass reach 239 ms
-# Young generations: collected often and cheaply, since they hold at most a
-# second of allocations.
+# Young generations: collected often and cheaply, since they hold only what
+# was allocated since the last freeze.
 THRESHOLDS = (10_000, 50, 100)
 
 
