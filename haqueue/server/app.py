@@ -60,6 +60,40 @@ class Listen:
         return f"{self.host}:{self.port}"
 
 
+def hold_client_port(options: "NodeOptions") -> list[socket.socket]:
+    """A lone node's client port, bound (not listening) until it starts serving.
+
+    A lone node's Raft transport binds 127.0.0.1:0, and the kernel may hand it
+    the very ephemeral port the client port was asked to be (seen in the
+    tests, which pick free ports from that range): the node then failed to
+    listen, and a client connecting meanwhile reached pysyncobj, which hung up.
+    Holding the port while the transport binds rules that out. Nothing is held
+    for a cluster node (its Raft port is fixed) or a Unix/inherited socket.
+    """
+    listen = options.listen
+    if options.raft_partners or listen.sock is not None or listen.unix_path:
+        return []
+    held: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+                listen.host or None, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+            sock = socket.socket(family, kind, proto)
+            held.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError:
+        # In use, or unresolvable: opening the listener reports it in one line.
+        release_sockets(held)
+    return held
+
+
+def release_sockets(sockets: list[socket.socket]) -> None:
+    while sockets:
+        sockets.pop().close()
+
+
 @dataclass
 class NodeOptions:
     listen: Listen
@@ -103,6 +137,7 @@ class QueueServer:
         self.fatal: str | None = None
         self.admin_server = None
         self.collector: CollectorPolicy | None = None
+        self._held_client_port: list[socket.socket] = []
 
     # ------------------------------------------------------------ properties
     @property
@@ -122,6 +157,7 @@ class QueueServer:
         self.collector.start()
         self.counters.started_ms = wall_ms()
         loop = self.loop
+        self._held_client_port = hold_client_port(self.options)
         self.node = ReplicatedQueue(
             self.options.raft_address,
             self.options.raft_partners,
@@ -161,6 +197,7 @@ class QueueServer:
         self.draining = True
 
     async def _shutdown(self) -> None:
+        release_sockets(self._held_client_port)
         if self.collector is not None:
             self.collector.stop()
         self._step_down(graceful=True)
@@ -192,6 +229,7 @@ class QueueServer:
             return
         with self.state_lock:
             self.directory = TubeDirectory(self.state.tubes)
+        release_sockets(self._held_client_port)
         try:
             await self._open_listener()
         except OSError as exc:
