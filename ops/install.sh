@@ -199,7 +199,8 @@ case $role in
     # No keepalived here: the directors hold the VIP.
     needed=("haqueue-$id.service:gen-systemd") ;;
   director)
-    needed=("keepalived-$id.conf:gen-lvs" lvs-director.sh:gen-lvs modprobe-ip_vs.conf:gen-lvs) ;;
+    needed=("keepalived-$id.conf:gen-lvs" lvs-director.sh:gen-lvs modprobe-ip_vs.conf:gen-lvs
+            "keepalived-haqueue-director-$id.conf:gen-systemd") ;;
 esac
 units=()
 for item in "${needed[@]}"; do

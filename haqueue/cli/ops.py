@@ -161,10 +161,11 @@ def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | No
 @click.pass_context
 @one_line_errors(ClusterFileError)
 def gen_systemd(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
-    """Render haqueue.service + keepalived drop-in.
+    """Render haqueue.service + keepalived drop-ins.
 
     Per node: the hardened haqueue unit, and a keepalived drop-in with a
-    start-up delay after haqueue and Restart=always.
+    start-up delay after haqueue and Restart=always. Per LVS director: a
+    keepalived drop-in (after the network, Restart=always).
     """
     from haqueue.ops import systemd
 

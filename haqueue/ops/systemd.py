@@ -1,4 +1,5 @@
-"""systemd units for a queue node: haqueue.service, and a keepalived.service drop-in.
+"""systemd units: haqueue.service and a keepalived.service drop-in per queue node,
+and a keepalived.service drop-in per LVS director.
 
 Owns `gen-systemd`'s output, per node:
 - `haqueue-ID.service` (install as /etc/systemd/system/haqueue.service): runs
@@ -10,6 +11,11 @@ Owns `gen-systemd`'s output, per node:
   after haqueue, delays its start until haqueue answers /health plus a settle
   time (the seed's advice: a rebooted node must not act on VRRP before the
   network and the service are up), and restarts keepalived always.
+
+Per director (`[[directors]]`, if any): `keepalived-haqueue-director-ID.conf`
+(install as /etc/systemd/system/keepalived.service.d/haqueue.conf): keepalived
+after the network is online plus the same settle time, restarted always. A
+director runs no haqueue; its keepalived holds the VIP and the IPVS table.
 
 Why `Restart=always` for keepalived: SIGTERM makes keepalived release the VIP
 and exit cleanly, and with leadership unchanged no other node takes it (they
@@ -38,6 +44,10 @@ def unit_file(node: Node) -> str:
 
 def dropin_file(node: Node) -> str:
     return f"keepalived-haqueue-{node.id}.conf"
+
+
+def director_dropin_file(director: Node) -> str:
+    return f"keepalived-haqueue-director-{director.id}.conf"
 
 
 def _num(value: float) -> str:
@@ -155,10 +165,44 @@ def render_dropin(cluster: Cluster, node: Node, command: str) -> str:
     return header(command, install=install) + "\n".join(lines) + "\n"
 
 
+def render_director_dropin(cluster: Cluster, director: Node, command: str) -> str:
+    k = cluster.keepalived
+    lines = [
+        "[Unit]",
+        "# A director runs no haqueue: its keepalived needs the network, nothing else.",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        f"# Settle for {_num(k.start_delay)} s ([keepalived] start_delay) once the network is online,",
+        "# so a rebooted director's interfaces and routes are up before VRRP runs.",
+        *([f"ExecStartPre=/bin/sleep {_num(k.start_delay)}"] if k.start_delay > 0 else []),
+        f"TimeoutStartSec={int(k.start_delay) + 30}",
+        "# Always restart, also after a clean exit: after SIGTERM the other director takes the",
+        "# VIP, and this one stays out of the pair (no spare) until keepalived runs again;",
+        "# after SIGKILL the VIP and the IPVS table stay here unmanaged until it is back.",
+        "Restart=always",
+        "RestartSec=1",
+    ]
+    install = (f"/etc/systemd/system/keepalived.service.d/haqueue.conf on director {director.id} "
+               f"({director.address})")
+    return header(command, install=install) + "\n".join(lines) + "\n"
+
+
 def render(cluster: Cluster, node_id: str | None, command: str) -> list[RenderedFile]:
+    """Every queue node's and director's files, or one member's (`node_id`)."""
+    directors = {d.id: d for d in cluster.directors}
+    if node_id in directors:
+        director = directors[node_id]
+        return [RenderedFile(director_dropin_file(director), render_director_dropin(cluster, director, command))]
     nodes = (cluster.node(node_id),) if node_id else cluster.nodes
     files = []
     for node in nodes:
         files.append(RenderedFile(unit_file(node), render_unit(cluster, node, command)))
         files.append(RenderedFile(dropin_file(node), render_dropin(cluster, node, command)))
+    if node_id is None:
+        for director in cluster.directors:
+            files.append(RenderedFile(director_dropin_file(director),
+                                      render_director_dropin(cluster, director, command)))
     return files

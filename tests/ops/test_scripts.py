@@ -217,6 +217,7 @@ def files_under(root: Path) -> dict[str, int]:
             "/etc/modprobe.d/haqueue-ip_vs.conf": 0o644,
             "/etc/sysctl.d/60-haqueue-director.conf": 0o644,
             "/etc/modules-load.d/haqueue-ip_vs.conf": 0o644,
+            "/etc/systemd/system/keepalived.service.d/haqueue.conf": 0o644,
         }),
     ],
 )
@@ -234,7 +235,11 @@ def test_install_places_each_rendered_file_where_its_header_says(tmp_path, rende
         # The directors hold the VIP: no keepalived and no keepalived drop-in here.
         assert not any("keepalived" in path for path in placed)
     if role == "director":
-        assert not any(path.startswith("/etc/systemd/") for path in placed)
+        # No haqueue here: only keepalived's drop-in (after the network, Restart=always).
+        assert [p for p in placed if p.startswith("/etc/systemd/")] == [
+            "/etc/systemd/system/keepalived.service.d/haqueue.conf"]
+        dropin = (root / "etc/systemd/system/keepalived.service.d/haqueue.conf").read_text()
+        assert f"on director {member} (" in dropin and "Restart=always" in dropin
     if role != "realserver":
         conf = (root / "etc/keepalived/keepalived.conf").read_text()
         assert f"on {member} (" in conf.splitlines()[2] or f"on director {member} (" in conf.splitlines()[2]

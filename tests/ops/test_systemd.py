@@ -73,6 +73,27 @@ def test_every_unit_and_dropin_passes_systemd_analyze_verify(case, tmp_path):
         assert verify(root / "keepalived.service", unit_path=root) == [], node.id
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or not KEEPALIVED_UNIT.exists(),
+                    reason="systemd-analyze or keepalived.service is not installed")
+def test_every_director_dropin_passes_systemd_analyze_verify(tmp_path):
+    cluster, files = rendered("vagrant")
+    assert cluster.directors
+    for director in cluster.directors:
+        root = tmp_path / director.id
+        (root / "keepalived.service.d").mkdir(parents=True)
+        shutil.copy(KEEPALIVED_UNIT, root / "keepalived.service")
+        dropin = text_of(files, systemd.director_dropin_file(director))
+        assert "Restart=always" in dropin and "After=network-online.target" in dropin
+        assert "haqueue.service" not in dropin  # a director runs no haqueue
+        (root / "keepalived.service.d" / "haqueue.conf").write_text(dropin)
+        assert verify(root / "keepalived.service", unit_path=root) == [], director.id
+
+
+def test_a_director_id_renders_only_that_directors_dropin():
+    _, files = rendered("vagrant", "d2")
+    assert [f.name for f in files] == ["keepalived-haqueue-director-d2.conf"]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_verify_reports_a_bad_setting(tmp_path):
     # The check above is only worth something if it can fail.
