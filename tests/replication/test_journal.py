@@ -151,3 +151,34 @@ def test_a_failed_background_sync_is_raised_to_the_next_sync(tmp_path):
     j.sync()
     assert not j.dirty
     j._destroy()
+
+
+def test_compacting_keeps_the_suffix_byte_for_byte_and_later_cuts_still_land(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 21):
+        j.add(b"command %d " % i * i, i, 1 + i // 10)
+    with open(path, "rb") as f:
+        before = f.read()
+    kept_from = j.offsets[12]
+    j.deleteEntriesTo(12)  # a snapshot covers 1..12
+    with open(path, "rb") as f:
+        assert f.read() == before[:8] + before[kept_from:]  # the magic, then the same records
+    j.deleteEntriesFrom(5)  # offsets still point at record starts: keep 13..17
+    j.add(b"new 18", 18, 3)
+    j._destroy()
+    reopened = DurableJournal(path, NEVER)
+    assert [e[1] for e in reopened.entries] == [13, 14, 15, 16, 17, 18]
+    assert reopened[0] == (b"command 13 " * 13, 13, 2) and reopened[-1] == (b"new 18", 18, 3)
+
+
+def test_compacting_everything_leaves_an_empty_journal(tmp_path):
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 4):
+        j.add(b"c", i, 1)
+    j.deleteEntriesTo(3)
+    assert len(j) == 0 and j.end == 8
+    j.add(b"d", 4, 1)
+    j._destroy()
+    assert [e[1] for e in DurableJournal(path, NEVER).entries] == [4]
