@@ -80,8 +80,7 @@ class CollectorPolicy:
             self._pause_started = time.perf_counter()
         else:
             pause_ms = (time.perf_counter() - self._pause_started) * 1000
-            if pause_ms > self.longest_pause_ms:
-                self.longest_pause_ms = pause_ms
+            self.longest_pause_ms = max(self.longest_pause_ms, pause_ms)
 
 
 def frozen_garbage() -> int:
