@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import click
 
+from haqueue.bench import disk
 from haqueue.bench.compare import (
     bench_address,
     bench_cluster,
@@ -127,6 +128,7 @@ def bench(
             raise click.ClickException(f"cannot write {json_path}: {folder} is not a writable directory")
     if duration is None and jobs is None:
         duration = 5.0
+    sync_ms = None
     try:
         host, port = parse_address(address)
         spec = LoadSpec(
@@ -163,13 +165,17 @@ def bench(
                     runs = [bench_address(spec, repeat)]
                 memory = []
                 click.echo(format_runs(runs, _headline(spec, durable if kinds else None, repeat)))
+                if compare_cluster or (durable and kinds):
+                    # Where bench's own servers keep their -b data directories.
+                    line, sync_ms = disk.describe()
+                    click.echo(line)
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
     if json_path is not None:
-        _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory)
+        _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms)
 
 
-def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory) -> None:
+def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms=None) -> None:
     settings = {
         "workload": spec.workload,
         "address": None if kinds else spec.address,
@@ -188,6 +194,7 @@ def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory) -
         "processes": spec.processes,
         "repeat": repeat,
         "memory_jobs": memory_jobs,
+        "fdatasync_ms": round(sync_ms, 4) if sync_ms is not None else None,
     }
     try:
         with open(path, "w", encoding="utf-8") as f:

@@ -65,3 +65,5 @@ def test_compare_cluster_runs_beanstalkd_in_memory_and_durable_and_the_cluster(c
     assert runs[2]["address"] == leader.client_endpoint
     assert all(r["measured"]["puts"] >= 200 for r in runs)
     assert "haqueue 3-node/beanstalkd -f0" in result.output
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["fdatasync_ms"] > 0 and "disk: fdatasync" in result.output
