@@ -22,6 +22,7 @@ from pathlib import Path
 from keepalived_tools import KEEPALIVED, SCRIPT_UID
 
 from haqueue.cluster import Cluster, parse_cluster
+from haqueue.lab.lab import wait_for
 from haqueue.ops import keepalived
 
 SUBNET = "198.18.7"  # RFC 2544 benchmark range: never a real network
@@ -52,16 +53,6 @@ def cluster_text(n: int = 3, advert_int: float = 0.1) -> str:
             f"priority = {160 - 10 * i}\n"
         )
     return text + f"[keepalived]\nadvert_int = {advert_int}\n"
-
-
-def wait_for(predicate, timeout: float, step: float = 0.01):
-    """Poll predicate until truthy (return its value) or timeout (return the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(step)
 
 
 @dataclass
@@ -132,7 +123,7 @@ class Lab:
             ["ip", "netns", "exec", node.ns, sys.executable, "-c", LEADER_ENDPOINT,
              str(node.flag), node.address, str(port), str(ready)]
         )
-        assert wait_for(ready.exists, 10), f"{node.id}: leader endpoint did not start"
+        assert wait_for(ready.exists, 10, step=0.01), f"{node.id}: leader endpoint did not start"
 
     def kill_endpoint(self, node_id: str) -> None:
         node = self.nodes[node_id]
@@ -200,7 +191,7 @@ class Lab:
     def wait_holders(self, expected: list[str], timeout: float) -> float:
         """Seconds until exactly `expected` hold the VIP; fail with who holds it otherwise."""
         start = time.monotonic()
-        got = wait_for(lambda: self.holders() == expected, timeout)
+        got = wait_for(lambda: self.holders() == expected, timeout, step=0.01)
         assert got, f"VIP holders {self.holders()} after {timeout} s, expected {expected}\n{self.logs()}"
         return time.monotonic() - start
 
