@@ -163,17 +163,15 @@ class DurableJournal(Journal):
     def sync(self, through: int | None = None) -> None:
         """fsync, if the policy wants it now, so that the file is durable up to
         offset `through` (default: everything written)."""
-        if self.policy.never:
-            return
-        if self.synced_end >= (self.end if through is None else through):
+        target = self.end if through is None else through
+        if self.policy.never or self.synced_end >= target:
             return
         if not self.policy.durable:
             if (time.monotonic() - self.last_sync) * 1000 < self.policy.interval_ms:
                 return
         self._wait_for_background()
-        if self.synced_end >= (self.end if through is None else through):
-            return
-        self.force_sync()
+        if self.synced_end < target:
+            self.force_sync()
 
     def force_sync(self) -> None:
         self._wait_for_background()

@@ -445,7 +445,7 @@ class ReplicatedQueue(SyncObj):
         """Point 9: track whether this node hears a majority; on regaining it, wait afresh."""
         if not self._partners or self.transport is None:
             return
-        heard = self.transport.peers_heard_within(self._hear_window) + 1 > (len(self._partners) + 1) / 2
+        heard = self._is_majority(self.transport.peers_heard_within(self._hear_window) + 1)
         if heard and not self._hears_majority and not self._isLeader():
             self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
         self._hears_majority = heard
@@ -464,7 +464,11 @@ class ReplicatedQueue(SyncObj):
         transport = self.transport
         if transport is None:
             return False
-        return transport.peers_heard_within(self._hear_window) + 1 > (len(self._partners) + 1) / 2
+        return self._is_majority(transport.peers_heard_within(self._hear_window) + 1)
+
+    def _is_majority(self, nodes: int) -> bool:
+        """Do `nodes` (this one included) make a majority of the cluster?"""
+        return nodes > (len(self._partners) + 1) / 2
 
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) on every tick once a follower's
@@ -477,7 +481,7 @@ class ReplicatedQueue(SyncObj):
         if now - self.transport.stale_leader_heard_at < self._election_min:
             return True  # our term outran a live leader's: only an election reconciles them
         term = self.raftCurrentTerm + 1
-        if self._prevote_term == term and len(self._prevote_grants) + 1 > (len(self._partners) + 1) / 2:
+        if self._prevote_term == term and self._is_majority(len(self._prevote_grants) + 1):
             self._prevote_term = None  # spent: the next campaign asks again
             return True
         if self._prevote_term != term or now - self._prevote_started >= self._keepalive_period:
