@@ -64,10 +64,11 @@ def hold_client_port(options: "NodeOptions") -> list[socket.socket]:
     """A lone node's client port, bound (not listening) until it starts serving.
 
     A lone node's Raft transport binds 127.0.0.1:0, and the kernel may hand it
-    the very ephemeral port the client port was asked to be (seen in the
-    tests, which pick free ports from that range): the node then failed to
-    listen, and a client connecting meanwhile reached pysyncobj, which hung up.
-    Holding the port while the transport binds rules that out. Nothing is held
+    the very ephemeral port the client port was asked to be (the tests pick
+    free ports from that range; the likely cause of one unreproduced test
+    failure): the node could not listen, and a client connecting meanwhile
+    would reach pysyncobj, which hangs up. Holding the port while the
+    transport binds rules that out. Nothing is held
     for a cluster node (its Raft port is fixed) or a Unix/inherited socket.
     """
     listen = options.listen
