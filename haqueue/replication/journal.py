@@ -27,10 +27,24 @@ Raft thread from reading their acknowledgements, and applying an entry waits
 only for the bytes of that entry (`sync(through=...)`), not for entries
 appended since. Truncations wait for a background sync to finish first, so
 `synced_end` never counts bytes of a file that was cut and written again.
+
+Failures are final. Any error writing, syncing, truncating or renaming the
+journal (EIO, ENOSPC, a short write) poisons it: that call and every later
+one raise JournalError naming the file and the error, and nothing after the
+failure is ever claimed durable. Linux reports a writeback error to one
+fdatasync only, so a sync that succeeds after a failed one proves nothing;
+the node must stop (raft_node.py makes it fatal) and be restarted, which
+reads back what really reached the disk. Likewise at open: a torn or corrupt
+*tail* is cut (never acknowledged), but a bad record with intact records
+after it is corruption of acknowledged history, and the journal refuses to
+open rather than silently drop everything after it. Opening fsyncs once, so
+a tail that a killed process left in the page cache is on disk before this
+run acknowledges anything that builds on it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
@@ -38,6 +52,7 @@ import struct
 import threading
 import time
 import zlib
+from contextlib import contextmanager
 
 from pysyncobj.journal import Journal
 
@@ -46,6 +61,10 @@ from haqueue.replication.fsync_policy import FsyncPolicy
 log = logging.getLogger(__name__)
 
 MAGIC = b"HAQJRNL1"
+
+
+class JournalError(Exception):
+    """The journal cannot be trusted or written; the node must stop. str() is one line."""
 _RECORD_HEAD = struct.Struct("<II")
 _PAYLOAD_HEAD = struct.Struct("<QQ")
 
@@ -56,6 +75,17 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data) -> None:
+    """os.write until every byte is written: a short write is not an error
+    by itself, but the bytes it did not write must not be forgotten."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "write wrote nothing")
+        view = view[n:]
 
 
 def write_atomically(path: str, data: bytes, sync: bool) -> None:
@@ -85,7 +115,7 @@ def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
             chunk = os.pread(src, min(1 << 20, length - copied), offset + copied)
             if not chunk:
                 raise
-            os.write(dst, chunk)
+            write_all(dst, chunk)
             copied += len(chunk)
 
 
@@ -98,6 +128,7 @@ class DurableJournal(Journal):
         self.entries: list[tuple[bytes, int, int]] = []
         self.offsets: list[int] = []  # file offset of each entry's record
         self.meta_path = path + ".meta"
+        self.failed: str | None = None  # set once: the reason this journal is unusable
         self.meta = self._read_meta()
         self.meta_dirty = False
         self.last_sync = time.monotonic()
@@ -110,59 +141,100 @@ class DurableJournal(Journal):
         self._sync_error: OSError | None = None
         self._sync_worker: threading.Thread | None = None
         self._closing = False
-        self._open()
-        self.synced_end = self.end  # what a previous run left is as durable as it will get
+        self.fd = -1
+        with self._io("open"):
+            self._open()
+        self.synced_end = self.end
 
     @property
     def dirty(self) -> bool:
         """Bytes were written that are not yet known to be on disk."""
         return self.synced_end < self.end
 
+    # ------------------------------------------------------------- failure
+    @contextmanager
+    def _io(self, operation: str, path: str | None = None):
+        """Run file I/O; an OSError poisons the journal (see the module docstring)."""
+        self._check()
+        try:
+            yield
+        except OSError as exc:
+            raise self._fail(operation, exc, path) from exc
+
+    def _fail(self, operation: str, exc: OSError, path: str | None = None) -> JournalError:
+        if self.failed is None:
+            reason = exc.strerror or str(exc)
+            code = f"{errno.errorcode.get(exc.errno, exc.errno)}: " if exc.errno else ""
+            self.failed = f"journal {path or self.path}: {operation} failed: {code}{reason}"
+            log.critical("%s", self.failed)
+        return JournalError(self.failed)
+
+    def _check(self) -> None:
+        if self.failed is not None:
+            raise JournalError(self.failed)
+
     # ------------------------------------------------------------------ file
     def _open(self) -> None:
         if not os.path.exists(self.path):
             write_atomically(self.path, MAGIC, sync=not self.policy.never)
         self.fd = os.open(self.path, os.O_RDWR)
-        data = b""
         with open(self.path, "rb") as f:
             data = f.read()
         if data[: len(MAGIC)] != MAGIC:
-            raise RuntimeError(f"{self.path}: not a haqueue journal (bad magic)")
+            raise JournalError(f"journal {self.path}: not a haqueue journal (bad magic)")
         pos = len(MAGIC)
         end = len(data)
-        while pos + _RECORD_HEAD.size <= end:
-            length, crc = _RECORD_HEAD.unpack_from(data, pos)
-            start = pos + _RECORD_HEAD.size
-            if start + length > end:
+        while pos < end:
+            record = _read_record(data, pos)
+            if record is None:
                 break
-            payload = data[start : start + length]
-            if zlib.crc32(payload) != crc or length < _PAYLOAD_HEAD.size:
-                break
+            payload, next_pos = record
             idx, term = _PAYLOAD_HEAD.unpack_from(payload, 0)
             self.entries.append((payload[_PAYLOAD_HEAD.size :], idx, term))
             self.offsets.append(pos)
-            pos = start + length
+            pos = next_pos
         if pos != end:
+            later = _find_later_record(data, pos, self.entries[-1][1] if self.entries else 0)
+            if later is not None:
+                raise JournalError(
+                    f"journal {self.path}: corrupt record at offset {pos} with intact entries after it "
+                    f"(entry {later[0]} at offset {later[1]}); refusing to drop acknowledged "
+                    f"history. A cluster node can be restored by moving its data directory away "
+                    f"(it catches up from the leader)")
             log.warning("%s: cutting a torn tail of %d bytes at offset %d", self.path, end - pos, pos)
             os.ftruncate(self.fd, pos)
-            os.fsync(self.fd)
         self.end = pos
         os.lseek(self.fd, pos, os.SEEK_SET)
+        if not self.policy.never:
+            # A killed process leaves its unsynced tail in the page cache, where
+            # this run would read it back and treat it as durable (an entry
+            # received again would be acknowledged on the strength of it).
+            os.fdatasync(self.fd)
+            self.syncs += 1
 
     def _read_meta(self) -> dict:
         try:
             with open(self.meta_path, "rb") as f:
-                return pickle.loads(f.read())
+                data = f.read()
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise self._fail("reading metadata", exc, self.meta_path) from exc
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise JournalError(f"journal metadata {self.meta_path}: unreadable ({exc}); refusing to start "
+                               f"without the stored term and vote") from exc
 
     def _store_meta(self, sync: bool) -> None:
-        write_atomically(self.meta_path, pickle.dumps(self.meta, protocol=5), sync=sync)
+        with self._io("storing term and vote", self.meta_path):
+            write_atomically(self.meta_path, pickle.dumps(self.meta, protocol=5), sync=sync)
         self.meta_dirty = False
 
     def sync(self, through: int | None = None) -> None:
         """fsync, if the policy wants it now, so that the file is durable up to
         offset `through` (default: everything written)."""
+        self._check()
         target = self.end if through is None else through
         if self.policy.never or self.synced_end >= target:
             return
@@ -177,7 +249,8 @@ class DurableJournal(Journal):
         self._wait_for_background()
         if self.dirty:
             target = self.end
-            os.fdatasync(self.fd)
+            with self._io("fdatasync"):
+                os.fdatasync(self.fd)
             self.syncs += 1
             self.synced_end = max(self.synced_end, target)
         self.last_sync = time.monotonic()
@@ -192,6 +265,7 @@ class DurableJournal(Journal):
 
     def sync_in_background(self) -> None:
         """Start an fsync of everything written so far; do not wait for it."""
+        self._check()
         if self.policy.never or not self.dirty:
             return
         with self._sync_state:
@@ -226,25 +300,24 @@ class DurableJournal(Journal):
                     self.synced_end = max(self.synced_end, target)
                 else:
                     self._sync_error = error
+                    self._fail("fdatasync", error)
                 self._sync_target = None
                 state.notify_all()
 
     def _wait_for_background(self) -> None:
-        if self._sync_worker is None:
-            return
-        with self._sync_state:
-            while self._sync_target is not None:
-                self._sync_state.wait()
-            error, self._sync_error = self._sync_error, None
-        if error is not None:
-            raise error
+        if self._sync_worker is not None:
+            with self._sync_state:
+                while self._sync_target is not None:
+                    self._sync_state.wait()
+        self._check()
 
     # ------------------------------------------------------- Journal interface
     def add(self, command, idx, term):
         command = bytes(command)
         payload = _PAYLOAD_HEAD.pack(idx, term) + command
         record = _RECORD_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
-        os.write(self.fd, record)
+        with self._io("write"):
+            write_all(self.fd, record)
         self.entries.append((command, idx, term))
         self.offsets.append(self.end)
         self.end += len(record)
@@ -252,15 +325,16 @@ class DurableJournal(Journal):
 
     def _truncate(self, end: int) -> None:
         self._wait_for_background()
-        os.ftruncate(self.fd, end)
-        os.lseek(self.fd, end, os.SEEK_SET)
-        self.end = end
-        self.synced_end = min(self.synced_end, end)
-        # A truncation must reach the disk before anything after it is acked.
-        if not self.policy.never:
-            os.fdatasync(self.fd)
-            self.syncs += 1
-            self.synced_end = end
+        with self._io("truncate"):
+            os.ftruncate(self.fd, end)
+            os.lseek(self.fd, end, os.SEEK_SET)
+            self.end = end
+            self.synced_end = min(self.synced_end, end)
+            # A truncation must reach the disk before anything after it is acked.
+            if not self.policy.never:
+                os.fdatasync(self.fd)
+                self.syncs += 1
+                self.synced_end = end
 
     def clear(self):
         self.entries = []
@@ -279,31 +353,34 @@ class DurableJournal(Journal):
     def deleteEntriesTo(self, entryTo):
         # After a snapshot: copy the kept suffix's records, byte for byte, into
         # a new file and swap it in atomically, so a crash leaves either the
-        # old or the new journal. The copy stays in the kernel: re-encoding the
-        # records in Python took about twice as long (8.9 MB: 37 -> 17-22 ms),
-        # and this runs in the Raft thread.
+        # old or the new journal (either is consistent with the snapshot: see
+        # raft_node.align_journal_to_snapshot). The copy stays in the kernel:
+        # re-encoding the records in Python took about twice as long
+        # (8.9 MB: 37 -> 17-22 ms), and this runs in the Raft thread.
         self._wait_for_background()  # it must not sync the fd closed below
         start = self.offsets[entryTo] if entryTo < len(self.offsets) else self.end
         tmp = self.path + ".compact"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(out, MAGIC)
-            _copy_range(self.fd, out, start, self.end - start)
+        with self._io("compacting", tmp):
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(out, MAGIC)
+                _copy_range(self.fd, out, start, self.end - start)
+                if not self.policy.never:
+                    os.fsync(out)
+            finally:
+                os.close(out)
+            os.replace(tmp, self.path)
             if not self.policy.never:
-                os.fsync(out)
-        finally:
-            os.close(out)
-        os.replace(tmp, self.path)
-        if not self.policy.never:
-            fsync_dir(self.path)
-        shift = start - len(MAGIC)
-        os.close(self.fd)
-        self.fd = os.open(self.path, os.O_RDWR)
-        self.entries = self.entries[entryTo:]
-        self.offsets = [offset - shift for offset in self.offsets[entryTo:]]
-        self.end -= shift
-        os.lseek(self.fd, self.end, os.SEEK_SET)
-        self.synced_end = self.end
+                fsync_dir(self.path)
+            shift = start - len(MAGIC)
+            os.close(self.fd)
+            self.fd = -1
+            self.fd = os.open(self.path, os.O_RDWR)
+            self.entries = self.entries[entryTo:]
+            self.offsets = [offset - shift for offset in self.offsets[entryTo:]]
+            self.end -= shift
+            os.lseek(self.fd, self.end, os.SEEK_SET)
+            self.synced_end = self.end
 
     def __getitem__(self, item):
         return self.entries[item]
@@ -319,12 +396,15 @@ class DurableJournal(Journal):
                 self._sync_state.notify_all()
             worker.join()
         try:
-            if not self.policy.never:
-                self.force_sync()
-            if self.meta_dirty:
-                self._store_meta(sync=not self.policy.never)
+            if self.failed is None:
+                if not self.policy.never:
+                    self.force_sync()
+                if self.meta_dirty:
+                    self._store_meta(sync=not self.policy.never)
         finally:
-            os.close(self.fd)
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
     def setRaftCommitIndex(self, raftCommitIndex):
         # The commit index need not be durable for safety (a restarted node
@@ -352,3 +432,39 @@ class DurableJournal(Journal):
             self._store_meta(sync=not self.policy.never)
         if not self.policy.durable:
             self.sync()
+
+
+def _read_record(data: bytes, pos: int) -> tuple[bytes, int] | None:
+    """(payload, next position) of an intact record at `pos`, else None."""
+    end = len(data)
+    if pos + _RECORD_HEAD.size > end:
+        return None
+    length, crc = _RECORD_HEAD.unpack_from(data, pos)
+    start = pos + _RECORD_HEAD.size
+    if length < _PAYLOAD_HEAD.size or start + length > end:
+        return None
+    payload = data[start : start + length]
+    if zlib.crc32(payload) != crc:
+        return None
+    return payload, start + length
+
+
+def _find_later_record(data: bytes, bad: int, last_idx: int) -> tuple[int, int] | None:
+    """(Raft index, offset) of an intact record after the bad one at `bad`, if any.
+
+    A crash tears only the tail: what was being appended when it struck. An
+    intact record further on (one of the next few Raft indexes) means the bad
+    bytes are in the middle of acknowledged history instead. Candidates are
+    cheap to rule out: most offsets fail the index test before any checksum.
+    """
+    wanted = range(last_idx + 1, last_idx + 65)
+    find = data.find
+    for idx in wanted:
+        needle = _PAYLOAD_HEAD.pack(idx, 0)[:8]  # the index field of a payload
+        at = find(needle, bad + 1)
+        while at != -1:
+            pos = at - _RECORD_HEAD.size
+            if pos > bad and _read_record(data, pos) is not None:
+                return idx, pos
+            at = find(needle, at + 1)
+    return None
