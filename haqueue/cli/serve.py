@@ -194,7 +194,11 @@ def run_event_loop(main):
 def _startup_errors():
     from pysyncobj import SyncObjException
 
-    return (SyncObjException,)
+    from haqueue.replication.journal import JournalError
+    from haqueue.replication.snapshot import SnapshotError
+
+    # A journal or snapshot this node cannot trust: one line, exit non-zero.
+    return (SyncObjException, JournalError, SnapshotError)
 
 
 def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):

@@ -19,9 +19,22 @@ follower has every entry of the message and more, the extra entries are kept
 only if the last one belongs to the sending leader's term: by Raft's Log
 Matching property the follower's whole log then matches the leader's, so
 acknowledging up to it is true.
+
+When the extra entries are of an older term, nothing proves they match the
+leader's log, but nothing proves they conflict either, and they may be
+committed entries this follower acknowledged to an earlier leader: cutting
+them would leave a committed entry on fewer nodes than acknowledged it, and a
+whole-cluster crash then could elect a node without it. Raft keeps them. So
+the message handed to pysyncobj points past them (it cuts nothing), its
+commit index is capped at the last entry that does match, and `ACK_THROUGH`
+tells the transport to acknowledge only up to that entry; the leader's next
+append then checks the extras one by one and truncates from a real conflict.
 """
 
 from __future__ import annotations
+
+# Set on a rewritten message: acknowledge no further than this index.
+ACK_THROUGH = "haqueue_ack_through"
 
 
 def trim(message: dict, log) -> dict:
@@ -49,10 +62,18 @@ def trim(message: dict, log) -> dict:
             break
         keep_idx, keep_term, new_from = idx, term, i + 1
     else:
-        # Every entry is already here. Anything beyond them is kept only when
-        # it provably matches the leader's log (see the module docstring).
-        if last_idx > keep_idx and log[-1][2] == message["term"]:
-            keep_idx, keep_term = last_idx, log[-1][2]
+        # Every entry is already here. Anything beyond them is acknowledged
+        # only when it provably matches the leader's log, and never cut
+        # (see the module docstring).
+        if last_idx > keep_idx:
+            if log[-1][2] == message["term"]:
+                keep_idx, keep_term = last_idx, log[-1][2]
+            else:
+                kept = dict(message)
+                kept["prevLogIdx"], kept["prevLogTerm"], kept["entries"] = last_idx, log[-1][2], []
+                kept["commit_index"] = min(message["commit_index"], keep_idx)
+                kept[ACK_THROUGH] = keep_idx
+                return kept
     if keep_idx == prev_idx:
         return message
     trimmed = dict(message)

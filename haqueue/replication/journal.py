@@ -88,8 +88,12 @@ def write_all(fd: int, data) -> None:
         view = view[n:]
 
 
-def write_atomically(path: str, data: bytes, sync: bool) -> None:
-    tmp = path + ".tmp"
+def write_atomically(path: str, data: bytes, sync: bool, tmp: str | None = None) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new file.
+
+    With `sync`, the data and then the rename are on disk before this returns.
+    """
+    tmp = tmp or path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()

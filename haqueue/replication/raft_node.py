@@ -26,7 +26,13 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    A custom serializer forks; the child writes QueueState's compact records
    and exits; `serializeChecker` reports when it is done. A dump file always
    sits next to the journal (journalFile without fullDumpFile loses state at
-   compaction).
+   compaction). The child first closes every descriptor it inherited (the
+   client listener among them), and syncs its rename before the parent drops
+   the journal prefix. pysyncobj only logs a snapshot it cannot read, leaving
+   a node that applies nothing yet can lead; here an unreadable snapshot
+   stops the node (at start-up, before it joins; or when received), a
+   received one is synced before pysyncobj clears the journal, and at
+   start-up the journal is lined up with the snapshot (snapshot.py).
 6. Ticks run in our own thread (autoTick off) so that exceptions are logged
    and the periodic fsync policy has a place to run.
 7. No forwarding: pysyncobj sends a command submitted on a follower to the
@@ -64,6 +70,22 @@ This is the only module that subclasses pysyncobj. What it adds, and why
 10. The wire: pysyncobj's per-message zlib and Fernet cost more than the rest
    of a commit's message handling; wire.py seals with AES-GCM and stores
    small messages uncompressed (installed below, when this module loads).
+11. Storage errors are fatal. pysyncobj pops an entry's callbacks before
+   applying it, so a journal error raised inside the apply lost the reply
+   (the client was neither answered nor closed) and held a batcher slot;
+   elsewhere the error was logged per tick while the node kept heartbeating,
+   so a leader that could not write stayed leader. Now the first JournalError
+   (journal.py: every later call raises it too) stops the tick thread at
+   once, the node sends nothing more, `on_fatal` stops the server (its
+   connections close: outcome unknown) and the process exits non-zero with
+   one line naming the file and the error; a healthy node takes over.
+12. The read lease counts only acknowledgements of this leader's own appends
+   in its current term, timed from when each append was sent (a sequence
+   number the follower echoes), on CLOCK_BOOTTIME. pysyncobj's answers carry
+   no term, and any message (keepalive, pre-vote, vote request) used to
+   extend the lease: a deposed leader cut off one way kept answering reads.
+13. Big entries travel whole (appendEntriesBatchSizeBytes above the largest
+   entry): pysyncobj's chunked path marks the last chunk by the wrong length.
 
 Threads: pysyncobj applies entries in the tick thread; the asyncio server
 reads the state from its own thread. `state_lock` is held while a batch is
@@ -74,11 +96,11 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import pysyncobj.syncobj as _syncobj_module
@@ -88,13 +110,12 @@ from pysyncobj.transport import TCPTransport
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
-from haqueue.replication import append_guard, wire
+from haqueue.replication import append_guard, snapshot, wire
 from haqueue.replication.fsync_policy import FsyncPolicy
-from haqueue.replication.journal import DurableJournal, write_atomically
+from haqueue.replication.journal import DurableJournal, JournalError, write_atomically
+from haqueue.replication.snapshot import SnapshotError
 
 log = logging.getLogger(__name__)
-
-SNAPSHOT_MAGIC = b"HAQSNAP1"
 
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
@@ -133,6 +154,17 @@ wire.install()
 KEEPALIVE = {"type": "haqueue-keepalive"}
 PREVOTE = "haqueue-prevote"  # would you vote for me at this term? (point 9)
 PREVOTE_REPLY = "haqueue-prevote-reply"
+# Point 12: the leader numbers its append_entries; a follower's acknowledgement
+# carries the number of the last one it processed from that leader.
+APPEND_SEQ = "haq_seq"
+MAX_UNACKED_APPENDS = 4096  # per peer; an older acknowledgement just extends nothing
+
+
+def lease_clock() -> float:
+    """The read lease's clock: CLOCK_BOOTTIME, which (unlike CLOCK_MONOTONIC)
+    keeps counting while the machine is suspended, so a lease cannot outlive a
+    suspend it did not see (docs/cluster.md, "The read lease")."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class SyncingTransport(TCPTransport):
@@ -151,6 +183,15 @@ class SyncingTransport(TCPTransport):
         self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
         self.leader_heard_at = float("-inf")  # append_entries of this node's term or later
         self.stale_leader_heard_at = float("-inf")  # append_entries of an older term
+        # The read lease (point 12). As leader: the appends sent to each peer
+        # not yet acknowledged, as (seq, lease_clock() at send, term), and per
+        # peer the send time of the latest append it acknowledged in this
+        # term. As follower: the seq of the last append processed per leader.
+        self._append_seq = 0
+        self._appends_sent: dict = {}
+        self.lease_acks: dict = {}
+        self._seq_from: dict = {}
+        self._ack_through: dict = {}  # node -> cap on the next acknowledgement (append_guard)
         syncObj.transport = self
 
     def setOnMessageReceivedCallback(self, callback):
@@ -168,13 +209,18 @@ class SyncingTransport(TCPTransport):
             if kind == "append_entries":
                 if message.get("term", -1) >= sync_obj.raftCurrentTerm:
                     self.leader_heard_at = now
+                    self._seq_from[node] = message.get(APPEND_SEQ)  # pysyncobj answers it
                 else:
                     self.stale_leader_heard_at = now
                 # pysyncobj would truncate entries that do not conflict
                 # (append_guard.py); hand it the message Raft would act on.
-                callback(node, append_guard.trim(message, sync_obj._SyncObj__raftLog))
+                trimmed = append_guard.trim(message, sync_obj._SyncObj__raftLog)
+                self._ack_through[node] = trimmed.get(append_guard.ACK_THROUGH)
+                callback(node, trimmed)
                 return
-            if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
+            if kind == "next_node_idx":
+                self._acknowledged(node, message.get(APPEND_SEQ))
+            if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
                 # An acknowledgement of an older append_entries must not move
                 # the leader's next-to-send position back: pysyncobj would
                 # resend entries the follower has, and the follower would
@@ -190,6 +236,30 @@ class SyncingTransport(TCPTransport):
             callback(node, message)
 
         return super().setOnMessageReceivedCallback(received)
+
+    def _acknowledged(self, node, seq) -> None:
+        """A peer answered our append number `seq`: it followed us when it did."""
+        sent = self._appends_sent.get(node)
+        if seq is None or not sent:
+            return  # an older haqueue, or an answer to a previous leadership
+        found = None
+        while sent and sent[0][0] <= seq:
+            found = sent.popleft()
+        if found is None or found[0] != seq:
+            return
+        sync_obj = self._syncObj
+        if found[2] == sync_obj.raftCurrentTerm and sync_obj._isLeader():
+            if found[1] > self.lease_acks.get(node, float("-inf")):
+                self.lease_acks[node] = found[1]
+
+    def reset_lease(self) -> None:
+        """A new role or term: nothing acknowledged before counts."""
+        self.lease_acks.clear()
+        self._appends_sent.clear()
+
+    def peers_acknowledged_since(self, since: float) -> int:
+        """Peers that acknowledged an append of this term sent after `since` (lease_clock)."""
+        return sum(1 for sent_at in list(self.lease_acks.values()) if sent_at > since)
 
     def peers_heard_within(self, seconds: float) -> int:
         since = time.monotonic() - seconds
@@ -225,7 +295,21 @@ class SyncingTransport(TCPTransport):
             super().send(node, KEEPALIVE)
 
     def send(self, node, message):
+        if self._syncObj.fatal_error is not None:
+            return False  # a node that must stop says nothing more (point 11)
         kind = message.get("type")
+        if kind == "append_entries":
+            self._append_seq += 1
+            message[APPEND_SEQ] = self._append_seq
+            sent = self._appends_sent.get(node)
+            if sent is None:
+                sent = self._appends_sent[node] = deque(maxlen=MAX_UNACKED_APPENDS)
+            sent.append((self._append_seq, lease_clock(), self._syncObj.raftCurrentTerm))
+        elif kind == "next_node_idx":
+            message[APPEND_SEQ] = self._seq_from.get(node)
+            cap = self._ack_through.pop(node, None)
+            if cap is not None and message.get("success") and message["next_node_idx"] > cap + 1:
+                message["next_node_idx"] = cap + 1
         if kind == "apply_command":
             request_id = message.get("request_id")
             if request_id is not None:
@@ -295,6 +379,7 @@ class ReplicatedQueue(SyncObj):
         compaction_entries: int = 20000,
         compaction_seconds: float = 120.0,
         journal_limit: int | None = None,
+        max_entry_bytes: int = 8 << 20,
         on_role_change=None,
         on_fatal=None,
     ) -> None:
@@ -353,6 +438,13 @@ class ReplicatedQueue(SyncObj):
             password=secret,
             dynamicMembershipChange=False,
             commandsQueueSize=200000,
+            # pysyncobj splits an entry at least this big into chunks, and
+            # decides which chunk is the last from the entry's raw length,
+            # not its pickled length (longer: bytes >= 0x80 expand), so the
+            # follower gets a premature "finish", fails to unpickle, and the
+            # leader retries later (point 13). Above the largest entry the
+            # batcher makes, that path is never taken.
+            appendEntriesBatchSizeBytes=max_entry_bytes + 1,
             maxBindRetries=5,
             bindRetryTime=0.1,
             tcp_keepalive=(1, 1, 3),
@@ -363,6 +455,8 @@ class ReplicatedQueue(SyncObj):
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
         self.journal = journal_file.journal if journal_file is not None else None
+        self._preloaded = None
+        self._load_snapshot_at_start()
         self._poll_sockets = self._poller.poll
         self._poller.poll = self._poll_now_if_commit_pending  # see _checkCommandsToApply
         self._thread = threading.Thread(target=self._run, name="raft-tick", daemon=True)
@@ -434,8 +528,17 @@ class ReplicatedQueue(SyncObj):
                     if self.journal_limit is not None and journal.end > self.journal_limit:
                         # beanstalkd's -s: past this size, fold the journal into a snapshot.
                         self.forceLogCompaction()
+                    if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
+                        raise JournalError(journal.failed)
+            except JournalError as exc:
+                # Point 11: a node that cannot write its journal must not say
+                # another word to its peers (no heartbeat, no acknowledgement):
+                # stop ticking at once, so a healthy node takes over.
+                self._fatal(f"{exc}; stopping: this node can no longer make its log durable")
             except Exception:
                 log.exception("raft tick failed")
+            if self.fatal_error is not None:
+                break
         try:
             self._doDestroy()
         except Exception:
@@ -451,20 +554,26 @@ class ReplicatedQueue(SyncObj):
         self._hears_majority = heard
 
     def read_lease_valid(self) -> bool:
-        """May this leader answer a read from its local state?
+        """May this leader answer a read, or hand out a reservation, now?
 
-        Only while it has heard from a majority within `hear_window` (shorter
-        than the election timeout): those followers reset their election
-        timers on its heartbeat, so none of them can have elected another
-        leader yet. A leader just resumed from a pause, or cut off, fails this
-        before pysyncobj notices it lost leadership (design.md I3).
+        Only while a majority (itself included) acknowledged appends that it
+        sent in its current term within `hear_window` (shorter than the
+        minimum election timeout): each of those followers reset its election
+        timer on receiving one, after it was sent, and grants no pre-vote
+        within election_min of that; so no other leader can exist until the
+        oldest of those sends is `election_min` old, and the lease ends
+        earlier, at `hear_window`. Timed from the send, not from when the
+        answer arrived: a leader whose thread stalled reads old answers late,
+        and they prove nothing about now. Keepalives, pre-votes and vote
+        requests prove nothing about leadership and do not count (point 12).
         """
         if not self._partners:
             return True
         transport = self.transport
-        if transport is None:
+        if transport is None or not self._isLeader():
             return False
-        return self._is_majority(transport.peers_heard_within(self._hear_window) + 1)
+        since = lease_clock() - self._hear_window
+        return self._is_majority(transport.peers_acknowledged_since(since) + 1)
 
     def _is_majority(self, nodes: int) -> bool:
         """Do `nodes` (this one included) make a majority of the cluster?"""
@@ -518,6 +627,8 @@ class ReplicatedQueue(SyncObj):
 
     @replicated
     def apply_entry(self, data):
+        if self.fatal_error is not None:
+            return None  # stopping: apply nothing more (the connections close)
         journal = self.journal
         if journal is not None:
             # This entry is on this node's disk before any reply reports it.
@@ -548,6 +659,8 @@ class ReplicatedQueue(SyncObj):
 
     # ---------------------------------------------------------- leadership
     def _state_changed(self, old: int, new: int) -> None:
+        if self.transport is not None:
+            self.transport.reset_lease()
         if self.on_role_change is not None:
             self.on_role_change(ROLE_NAMES.get(new, str(new)))
 
@@ -571,6 +684,17 @@ class ReplicatedQueue(SyncObj):
         }
 
     # ------------------------------------------------------------ snapshots
+    def _load_snapshot_at_start(self) -> None:
+        """Read the snapshot now, so a bad one stops the node before it joins
+        the cluster, and line the journal up with it (snapshot.align_journal).
+        pysyncobj loads it at the first tick; _read_snapshot hands it this copy."""
+        if not os.path.isfile(self.dump_path):
+            return
+        state, raft_data = snapshot.read(self.dump_path)
+        if self.journal is not None:
+            snapshot.align_journal(self.journal, raft_data)
+        self._preloaded = (state, raft_data)
+
     def _write_snapshot(self, _pysyncobj_tmp: str, raft_data) -> None:
         # Called in the tick thread between entries, so the state is exactly
         # that of the last applied entry. pysyncobj will then try to rename its
@@ -580,10 +704,13 @@ class ReplicatedQueue(SyncObj):
         if pid == 0:  # the child: no threads, no locks; write and leave
             code = 1
             try:
-                data = pickle.dumps((SNAPSHOT_MAGIC, self.state.to_records(), tuple(raft_data)), protocol=5)
-                tmp = self.dump_path + ".writing"
-                write_atomically(tmp, data, sync=not self.policy.never)
-                os.replace(tmp, self.dump_path)
+                # Every descriptor the child inherited keeps its socket alive:
+                # the client listener would go on accepting after a step-down,
+                # and re-election would fail to bind it (EADDRINUSE).
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                # The rename is synced before the parent drops the journal prefix.
+                write_atomically(self.dump_path, snapshot.encode(self.state, raft_data),
+                                 sync=not self.policy.never, tmp=self.dump_path + ".writing")
                 code = 0
             finally:
                 os._exit(code)
@@ -608,11 +735,22 @@ class ReplicatedQueue(SyncObj):
         return SERIALIZER_STATE.FAILED
 
     def _read_snapshot(self, path: str):
-        with open(path, "rb") as f:
-            magic, records, raft_data = pickle.loads(f.read())
-        if magic != SNAPSHOT_MAGIC:
-            raise ValueError(f"{path}: not a haqueue snapshot")
-        state = QueueState.from_records(records)
+        preloaded, self._preloaded = self._preloaded, None
+        if preloaded is not None:
+            state, raft_data = preloaded
+        else:
+            # A snapshot the leader sent: pysyncobj wrote it without fsync and
+            # clears the journal next (synced). Put the snapshot on disk first.
+            try:
+                if not self.policy.never:
+                    snapshot.sync_file(path)
+                state, raft_data = snapshot.read(path)
+            except OSError as exc:
+                self._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
+                raise
+            except SnapshotError as exc:
+                self._fatal(str(exc))
+                raise
         with self.state_lock:
             self.state = state
         return raft_data

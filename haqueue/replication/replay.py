@@ -14,9 +14,9 @@ import pickle
 
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
+from haqueue.replication import snapshot as snapshot_file
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.journal import DurableJournal
-from haqueue.replication.raft_node import SNAPSHOT_MAGIC
 
 # pysyncobj's entry framing: one type byte, then for REGULAR entries a pickle
 # of (method id, args). haqueue has exactly one replicated method (id 0).
@@ -29,11 +29,7 @@ def replay(data_dir: str) -> tuple[QueueState, int]:
     applied = 0
     snapshot = os.path.join(data_dir, "raft.snapshot")
     if os.path.exists(snapshot):
-        with open(snapshot, "rb") as f:
-            magic, records, raft_data = pickle.loads(f.read())
-        if magic != SNAPSHOT_MAGIC:
-            raise ValueError(f"{snapshot}: not a haqueue snapshot")
-        state = QueueState.from_records(records)
+        state, raft_data = snapshot_file.read(snapshot)
         applied = raft_data[0][1]  # the last applied entry's index
     journal_path = os.path.join(data_dir, "raft.journal")
     if os.path.exists(journal_path):

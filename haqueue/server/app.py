@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
-from haqueue.server.batcher import Batcher, wall_ms
+from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
@@ -168,6 +168,9 @@ class QueueServer:
             timing=self.options.timing,
             compaction_entries=self.options.compaction_entries,
             journal_limit=self.options.journal_limit,
+            # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
+            # bigger than that, plus the batch's framing.
+            max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10),
             on_role_change=lambda role: loop.call_soon_threadsafe(self._role_changed, role),
             on_fatal=lambda msg: loop.call_soon_threadsafe(self._die, msg),
         )

@@ -73,6 +73,9 @@ class Session(asyncio.Protocol):
         self.reserve_timed_out = False
         self.timer: asyncio.TimerHandle | None = None
         self.lease_timer: asyncio.TimerHandle | None = None
+        # A reply that hands this connection a job (RESERVED, TOUCHED) waits
+        # to be written until the read lease holds (see flush).
+        self.needs_lease = False
         self.closed = False
         self.quitting = False
         self.paused_reading = False
@@ -132,6 +135,17 @@ class Session(asyncio.Protocol):
         slots = self.slots
         if not slots or slots[0][0] is None or self.closed:
             return
+        if self.needs_lease:
+            # A leader whose apply stalled (its fsync stuck) past an election
+            # may be applying a reservation that a newer leader has already
+            # released and handed to someone else. While the lease holds, no
+            # newer leader can exist (ReplicatedQueue.read_lease_valid); if it
+            # never holds again, the step-down drops this connection unanswered.
+            if not self.server.node.read_lease_valid():
+                if self.lease_timer is None:
+                    self._wait_for_lease()
+                return
+            self.needs_lease = False
         out = []
         while slots and slots[0][0] is not None:
             out.append(slots.popleft()[0])
@@ -211,6 +225,9 @@ class Session(asyncio.Protocol):
         slot[0] = reply_for(result)
         if result[0] == "RESERVED":
             self.is_worker = True  # reserve-job: beanstalkd counts a worker on success only
+            self.needs_lease = True
+        elif result[0] == "TOUCHED":
+            self.needs_lease = True
         self.server.dirty.add(self)
         if self.in_flight == 0 and self.blocked_on_writes:
             self.blocked_on_writes = False
@@ -435,6 +452,7 @@ class Session(asyncio.Protocol):
             self.abort()
             return
         if result[0] == "RESERVED":
+            self.needs_lease = True
             self._finish_reserve(reply_for(result))
         else:  # someone else took it first: wait on
             self.try_reserve()

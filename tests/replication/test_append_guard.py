@@ -1,6 +1,6 @@
 """A follower truncates only from a real conflict (Raft §5.3), never acknowledged entries."""
 
-from haqueue.replication.append_guard import trim
+from haqueue.replication.append_guard import ACK_THROUGH, trim
 
 
 def log_of(*terms, first=1):
@@ -32,11 +32,17 @@ def test_a_conflicting_entry_still_truncates_from_the_conflict():
     assert out["prevLogIdx"] == 3 and [e[1] for e in out["entries"]] == [4]
 
 
-def test_extra_entries_of_an_older_term_are_not_claimed_as_matching():
+def test_extra_entries_of_an_older_term_are_neither_claimed_nor_cut():
     log = log_of(1, 1, 1, 1)  # 3 and 4 were never confirmed by the term-2 leader
-    out = trim(message(1, 1, [(2, 1)], term=2), log)
-    # Acknowledging 4 could be false: the leader may hold other entries there.
-    assert out["prevLogIdx"] == 2 and out["entries"] == []
+    sent = message(1, 1, [(2, 1)], term=2)
+    sent["commit_index"] = 4
+    out = trim(sent, log)
+    # Acknowledging 4 could be false (the leader may hold other entries there),
+    # but 3 and 4 may be committed entries of term 1: pysyncobj, handed a
+    # message whose prevLogIdx is below 4, would delete them.
+    assert out["prevLogIdx"] == 4 and out["prevLogTerm"] == 1 and out["entries"] == []
+    assert out[ACK_THROUGH] == 2  # the transport acknowledges up to 2 only
+    assert out["commit_index"] == 2  # and the follower commits nothing unconfirmed
 
 
 def test_messages_pysyncobj_must_answer_itself_are_untouched():

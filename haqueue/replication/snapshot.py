@@ -1,0 +1,116 @@
+"""The snapshot file: its format, reading it safely, and making it the journal's base.
+
+A snapshot is the queue state after Raft entry S, plus the two entries pysyncobj
+keeps beside it (S-1 and S: its journal must start with exactly those two):
+
+    pickle of (SNAPSHOT_MAGIC, QueueState records, (entry S, entry S-1, cluster))
+
+Format checklist: a new layout gets a new magic (HAQSNAP2, ...), `read` learns
+to read the old one, and a node that meets a magic newer than it knows refuses
+to start with a message saying so, rather than run on an empty state.
+
+Why reading is strict: pysyncobj catches and only logs an exception from the
+deserializer. The node then applies nothing ever again, yet can still win
+elections: a zombie leader stops the whole cluster. So an unreadable snapshot
+raises SnapshotError, which stops the node with one line (raft_node.py).
+
+Why `align_journal` exists: the snapshot writer renames its file into place,
+and only at the node's next tick does pysyncobj drop the journal prefix the
+snapshot covers. A crash in between leaves a snapshot at S beside a journal
+that still starts before S. pysyncobj, finding that the journal's first two
+entries are not S-1 and S, clears the whole journal, acknowledged entries
+after S included (and their job ids were handed out again). Before pysyncobj
+looks, `align_journal` drops that covered prefix itself, so every crash point
+leaves a pair pysyncobj reads as one consistent base: the swap to a new
+snapshot is atomic as far as recovery can tell.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+
+from haqueue.core.state import QueueState
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_MAGIC = b"HAQSNAP1"
+_MAGIC_FAMILY = b"HAQSNAP"
+
+
+class SnapshotError(Exception):
+    """The snapshot cannot be used; the node must not run. str() is one line."""
+
+
+def read(path: str) -> tuple[QueueState, tuple]:
+    """(state, (entry S, entry S-1, cluster)) from the snapshot at `path`."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise SnapshotError(f"snapshot {path}: cannot read it: {exc.strerror or exc}") from exc
+    if not data:
+        raise SnapshotError(f"snapshot {path}: the file is empty (a crash while it was received?)")
+    try:
+        magic, records, raft_data = pickle.loads(data)
+    except Exception as exc:
+        raise SnapshotError(f"snapshot {path}: unreadable ({type(exc).__name__}: {exc})") from exc
+    if magic != SNAPSHOT_MAGIC:
+        if isinstance(magic, bytes) and magic.startswith(_MAGIC_FAMILY):
+            raise SnapshotError(f"snapshot {path}: format {magic.decode(errors='replace')} is not one this "
+                                f"haqueue reads ({SNAPSHOT_MAGIC.decode()}); run the version that wrote it")
+        raise SnapshotError(f"snapshot {path}: not a haqueue snapshot")
+    try:
+        state = QueueState.from_records(records)
+    except Exception as exc:
+        raise SnapshotError(f"snapshot {path}: its records do not load ({type(exc).__name__}: {exc})") from exc
+    return state, tuple(raft_data)
+
+
+def encode(state: QueueState, raft_data) -> bytes:
+    return pickle.dumps((SNAPSHOT_MAGIC, state.to_records(), tuple(raft_data)), protocol=5)
+
+
+def sync_file(path: str) -> None:
+    """fsync `path` and the directory entry that names it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    dir_fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def align_journal(journal, raft_data: tuple) -> None:
+    """Drop the journal prefix that the snapshot covers (see the module docstring).
+
+    `journal` holds (command, index, term) entries. Only an exact match of the
+    snapshot's two entries is aligned; anything else is left to pysyncobj,
+    which then starts the journal afresh from the snapshot: right when the
+    journal ends before the snapshot, or disagrees with it (its entries there
+    were never committed). A journal that starts after the snapshot ends has
+    lost entries that exist nowhere on this node: refuse to start.
+    """
+    last, before = raft_data[0], raft_data[1]
+    if not len(journal):
+        return
+    first_idx = journal[0][1]
+    if before[1] < first_idx:
+        if last[1] + 1 < first_idx:
+            raise SnapshotError(
+                f"the snapshot ends at entry {last[1]} but the journal {journal.path} starts at entry "
+                f"{first_idx}: the entries between exist nowhere on this node. Move the data directory "
+                f"away to rejoin the cluster from its leader")
+        return
+    position = before[1] - first_idx
+    if position + 1 >= len(journal) or journal[position] != before or journal[position + 1] != last:
+        return
+    if position:
+        log.info("journal starts %d entries before its snapshot (a crash after the snapshot was taken): "
+                 "dropping the covered prefix", position)
+        journal.deleteEntriesTo(position)
