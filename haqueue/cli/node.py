@@ -32,16 +32,23 @@ def is_leader(config_path, node_id, timeout, quiet) -> None:
 @node.command("replay")
 @click.option("-b", "--data-dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="A stopped node's data directory.")
-def replay(data_dir) -> None:
+@click.option("--uncommitted", is_flag=True,
+              help="Apply the whole journal, as a lone node does on restart (default: only "
+                   "entries known to be committed).")
+def replay(data_dir, uncommitted) -> None:
     """Rebuild a stopped node's state from its snapshot and journal; print a summary."""
-    from haqueue.replication.replay import replay as rebuild
+    from haqueue.replication.journal import JournalError
+    from haqueue.replication.replay import replay_with_tail
+    from haqueue.replication.snapshot import SnapshotError
 
     try:
-        state, applied = rebuild(data_dir)
-    except (OSError, ValueError) as exc:
+        state, applied, tail = replay_with_tail(data_dir, uncommitted=uncommitted)
+    except (OSError, ValueError, JournalError, SnapshotError) as exc:
         raise HaqueueError(f"{data_dir}: {exc}") from None
     counts = state.counts()
     click.echo(f"applied-index: {applied}")
+    if tail:
+        click.echo(f"not-applied: {tail} (after the stored commit index; --uncommitted applies them)")
     click.echo(f"jobs: {len(state.jobs)}")
     for key in ("ready", "reserved", "delayed", "buried"):
         click.echo(f"{key}: {counts[key]}")

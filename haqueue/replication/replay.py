@@ -23,8 +23,21 @@ from haqueue.replication.journal import DurableJournal
 _REGULAR = 0
 
 
-def replay(data_dir: str) -> tuple[QueueState, int]:
-    """(state, last applied raft index) from `data_dir`."""
+def replay(data_dir: str, *, uncommitted: bool = False) -> tuple[QueueState, int]:
+    """(state, last applied raft index) from `data_dir`.
+
+    By default only entries known to be committed are applied: up to the
+    commit index the node stored (lazily, so a lower bound) or its snapshot.
+    A cluster node's journal may end in entries that were never committed and
+    that the leader will cut on restart. With `uncommitted`, every entry is
+    applied: what a lone node does when it restarts (it is its own majority).
+    """
+    state, applied, _ = replay_with_tail(data_dir, uncommitted=uncommitted)
+    return state, applied
+
+
+def replay_with_tail(data_dir: str, *, uncommitted: bool = False) -> tuple[QueueState, int, int]:
+    """As `replay`, plus the number of journal entries left unapplied."""
     state = QueueState()
     applied = 0
     snapshot = os.path.join(data_dir, "raft.snapshot")
@@ -32,17 +45,29 @@ def replay(data_dir: str) -> tuple[QueueState, int]:
         state, raft_data = snapshot_file.read(snapshot)
         applied = raft_data[0][1]  # the last applied entry's index
     journal_path = os.path.join(data_dir, "raft.journal")
+    tail = 0
     if os.path.exists(journal_path):
         journal = DurableJournal(journal_path, NEVER)
         try:
-            for command, idx, _term in journal.entries:
-                if idx <= applied:
-                    continue
-                if command[0] == _REGULAR:
-                    _method, args = pickle.loads(command[1:])
-                    stamp, commands = decode_batch(args[0])
-                    state.apply_batch(stamp, commands)
-                applied = idx
+            through = None if uncommitted else max(journal.getRaftCommitIndex(), applied)
+            applied = apply_entries(state, journal.entries, after=applied, through=through)
+            tail = sum(1 for _, idx, _ in journal.entries if idx > applied)
         finally:
             journal._destroy()
-    return state, applied
+    return state, applied, tail
+
+
+def apply_entries(state: QueueState, entries, *, after: int, through: int | None = None) -> int:
+    """Apply journal `entries` with after < index <= through to `state`; the last index applied."""
+    applied = after
+    for command, idx, _term in entries:
+        if idx <= after:
+            continue
+        if through is not None and idx > through:
+            break
+        if command[0] == _REGULAR:
+            _method, args = pickle.loads(command[1:])
+            stamp, commands = decode_batch(args[0])
+            state.apply_batch(stamp, commands)
+        applied = idx
+    return applied
