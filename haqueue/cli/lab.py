@@ -23,13 +23,13 @@ dir_option = click.option("--dir", "directory", default="/run/haqueue-lab", show
                           help="The lab's state, cluster file, data and logs.")
 
 
-def _lab(directory: str, prefix: str = "hqlab"):
+def _lab(directory: str, prefix: str = "hqlab", **sizes):
     if os.geteuid() != 0:
         raise HaqueueError("haqueue lab needs root (it creates network namespaces and runs keepalived)")
     from haqueue.lab.lab import Lab
 
     try:
-        return Lab(directory, prefix=prefix)
+        return Lab(directory, prefix=prefix, **sizes)
     except ValueError as exc:
         raise HaqueueError(str(exc)) from None
 
@@ -42,9 +42,19 @@ def lab() -> None:
 @lab.command()
 @dir_option
 @click.option("--prefix", default="hqlab", show_default=True, help="Namespace name prefix.")
-def up(directory: str, prefix: str) -> None:
-    """Build the lab, start haqueue and keepalived on each node."""
-    the_lab = _lab(directory, prefix)
+@click.option("--journal-size", type=click.IntRange(4096), default=65536, show_default=True,
+              help="Each node's -s: journal bytes that trigger a snapshot (small: one every second or two "
+                   "under the chaos workload).")
+@click.option("--disk-mib", type=click.IntRange(4, 4096), default=32, show_default=True,
+              help="Size of each node's data tmpfs (disk-full scenarios fill it).")
+def up(directory: str, prefix: str, journal_size: int, disk_mib: int) -> None:
+    """Build the lab, start haqueue and keepalived on each node.
+
+    Each node's data directory is its own tmpfs of --disk-mib; each node runs
+    with a sync-fault shim preloaded (scripts/slow_fsync.c: EIO or a stall on
+    demand), so the storage-fault scenarios can reach any node.
+    """
+    the_lab = _lab(directory, prefix, journal_size=journal_size, disk_mib=disk_mib)
     if the_lab.is_up:
         raise HaqueueError(f"a lab is already up in {directory}; run `haqueue lab down` first")
     try:
@@ -81,19 +91,22 @@ def status(directory: str) -> None:
 @lab.command()
 @dir_option
 def down(directory: str) -> None:
-    """Stop every lab process, remove every lab namespace.
+    """Stop every lab process, unmount every data tmpfs, remove every lab namespace.
 
     Works from the state file alone, also after a crashed or failed up.
     """
     the_lab = _lab(directory)
     gone = the_lab.down()
-    click.echo(f"stopped {len(gone['processes'])} processes, removed {len(gone['namespaces'])} namespaces")
+    click.echo(f"stopped {len(gone['processes'])} processes, removed {len(gone['namespaces'])} namespaces, "
+               f"unmounted {len(gone['mounts'])} data disks")
 
 
 @lab.command()
 @dir_option
 @click.option("--scenario", required=True, help="kill-leader, pause-leader, partition-leader, isolate-leader, "
-              "cut-follower, kill-keepalived, restart-all, rolling-restart, mix or all.")
+              "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
+              "disk-full-follower, eio-leader, kill-during-snapshot, stall-fsync-leader; and the one-way "
+              "cut-leader-to-follower; mix (random) or all (each in turn). See haqueue/lab/chaos.py.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
               help="Faults to inject (with `all`: rounds of every scenario).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")

@@ -30,6 +30,28 @@ Scenarios (each a function of the lab and a seeded random source):
   restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
+Storage faults (storage.py: each node's data directory is a small tmpfs, each
+node preloads a sync-fault shim, scripts/slow_fsync.c). A node hit by a disk fault
+must exit non-zero on its own with one line naming the file and the error;
+the fault records how long that took, its exit status and that line:
+  disk-full-leader   fill the leader's tmpfs (ENOSPC); once it has exited,
+                     remove the filler and restart it
+  disk-full-follower the same on a follower: clients should see nothing
+  eio-leader         make the leader's fsync and fdatasync fail with EIO;
+                     restart it without the fault
+  kill-during-snapshot  SIGKILL a node together with its forked snapshot
+                     writer (as a power cut or systemd's cgroup kill would),
+                     timed into the snapshot window: while the writer writes,
+                     or just after it renamed the new snapshot (before the
+                     journal's prefix is dropped); the leader and a follower
+                     alternately, each moment in turn; restart it. For the
+                     first moment the node's syncs take 20 ms (a slow disk),
+                     so the kill lands while the writer runs
+  stall-fsync-leader every sync of the leader waits 2-3 s (longer than an
+                     election timeout), then syncs are fast again
+  cut-leader-to-follower  drop the leader's packets to one follower, one
+                     way only (a blackhole route in the leader's namespace),
+                     for 2-4 s; records whether the leader kept its term
   mix                each fault drawn at random from the above
   all                each of the above in turn (a plan of runs x 8 faults)
 """
@@ -37,6 +59,7 @@ Scenarios (each a function of the lab and a seeded random source):
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -44,7 +67,7 @@ import sys
 import time
 from pathlib import Path
 
-from haqueue.lab import checker, topology
+from haqueue.lab import checker, storage, topology
 from haqueue.lab.workload import TTR as workload_ttr
 from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
 
@@ -179,6 +202,153 @@ def rolling_restart(lab: Lab, rng: random.Random) -> dict:
     return fault
 
 
+NODE_EXIT_TIMEOUT = 10.0  # a node that cannot write must stop on its own well within this
+
+
+def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
+    """Wait for a node hit by a disk fault to exit on its own; record how and how soon."""
+    exited = wait_for(lambda: not lab.alive(node), NODE_EXIT_TIMEOUT, step=0.005)
+    if not exited:
+        raise LabError(f"{fault['name']}: {node} still running {NODE_EXIT_TIMEOUT:g} s after the fault "
+                       f"(log {lab.log_path(node)}): {lab.describe()}")
+    fault["exited_s"] = round(time.monotonic() - fault["t"], 4)
+    lab.wait_exit(node)
+    fault["exit_code"] = lab.exit_code(node)
+    fault["message"] = lab.last_log_line(node)[-300:]
+
+
+def _await_new_leader(lab: Lab, old: str, fault: dict) -> None:
+    new = wait_for(lambda: lab.leader(exclude=old), RECOVERY_TIMEOUT, step=0.01)
+    if new is None:
+        raise LabError(f"{fault['name']}: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
+    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
+    moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
+    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+
+
+def _disk_full(lab: Lab, name: str, node: str, leader: str) -> dict:
+    data = lab.data_dir(node)
+    fault = _fault(name, node, leader=leader)
+    try:
+        fault["filler_bytes"] = storage.fill(data)
+        _await_storage_death(lab, node, fault)
+        if node == leader:
+            _await_new_leader(lab, node, fault)
+    finally:
+        storage.unfill(data)  # the operator frees space, then restarts the node
+    lab.start_node(node)
+    return fault
+
+
+def disk_full_leader(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    return _disk_full(lab, "disk-full-leader", leader, leader)
+
+
+def disk_full_follower(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    return _disk_full(lab, "disk-full-follower", follower, leader)
+
+
+def eio_leader(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    fault = _fault("eio-leader", leader)
+    storage.fail_syncs(lab.dir, leader)
+    _await_storage_death(lab, leader, fault)
+    _await_new_leader(lab, leader, fault)
+    lab.start_node(leader)  # a new process: no failure point enabled
+    return fault
+
+
+SNAPSHOT_WAIT = 20.0  # with the lab's small -s a snapshot starts every second or two
+
+
+def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    n = lab.rounds.get("kill-during-snapshot", 0)
+    lab.rounds["kill-during-snapshot"] = n + 1
+    node = leader if n % 2 == 0 else rng.choice([x for x in NODE_IDS if x != leader])
+    # leader/writing, follower/writing, leader/renamed, follower/renamed, ...
+    moment = "writing" if (n // 2) % 2 == 0 else "renamed"
+    snap = lab.data_dir(node) / "raft.snapshot"
+    writing = snap.with_name(snap.name + ".writing")
+
+    def inode() -> int | None:
+        try:
+            return os.stat(snap).st_ino
+        except FileNotFoundError:
+            return None
+
+    before = inode()
+    if moment == "writing":
+        # A 20 ms sync (a slow disk) keeps the writer on its fsync long enough
+        # for the kill to land while it writes; on tmpfs it is done in microseconds.
+        storage.set_fsync_stall(lab.dir, node, 20_000)
+        hit = lambda: writing.exists()  # noqa: E731
+    else:
+        hit = lambda: inode() not in (before, None)  # noqa: E731  the rename just landed
+    started = time.monotonic()
+    # Watching for the window is the fault's aim, not synchronisation: poll tight.
+    found = wait_for(hit, SNAPSHOT_WAIT, step=0.0005)
+    if not found:
+        storage.clear(lab.dir, node)
+        raise LabError(f"kill-during-snapshot: {node} started no snapshot within {SNAPSHOT_WAIT:g} s "
+                       f"(is the lab's --journal-size small? it is {lab.state.journal_size})")
+    fault = _fault("kill-during-snapshot", node, leader=leader, moment=moment,
+                   waited_s=round(time.monotonic() - started, 3))
+    lab.kill_group(node)
+    # Left behind only when the writer died before its rename.
+    fault["writer_killed_mid_write"] = writing.exists()
+    lab.wait_exit(node)
+    if node == leader:
+        _await_new_leader(lab, node, fault)
+    lab.start_node(node)
+    return fault
+
+
+def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    stall = round(rng.uniform(2.0, 3.0), 2)
+    fault = _fault("stall-fsync-leader", leader, stall_s=stall)
+    # Stalled until told otherwise: the shim re-reads the file while it waits.
+    storage.set_fsync_stall(lab.dir, leader, 3_600_000_000)
+    try:
+        new = wait_for(lambda: lab.leader(exclude=leader), stall, step=0.01)
+        if new:
+            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
+            # Does the VIP follow while the old leader is still stalled?
+            left = max(0.0, fault["t"] + stall - time.monotonic())
+            if wait_for(lambda: lab.vip_holders() == [new], left, step=0.01):
+                fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4)
+        time.sleep(max(0.0, fault["t"] + stall - time.monotonic()))  # the stall is the fault
+    finally:
+        storage.set_fsync_stall(lab.dir, leader, 0)
+    return fault
+
+
+def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    hold = round(rng.uniform(2.0, 4.0), 2)
+    before = lab.node_status(leader) or {}
+    fault = _fault("cut-leader-to-follower", leader, follower=follower, partition_s=hold)
+    ns, address = lab.state.node_ns(leader), lab.state.node_address(NODE_IDS.index(follower))
+    topology.set_blackhole(ns, address, True)  # the leader's packets to it only; its own still arrive
+    kept = True
+    try:
+        while time.monotonic() < fault["t"] + hold:
+            # The cut itself is the fault; this loop watches the leader through it.
+            now = lab.node_status(leader) or {}
+            if now.get("role") != "leader" or now.get("term") != before.get("term"):
+                kept = False
+            time.sleep(0.02)
+    finally:
+        topology.set_blackhole(ns, address, False)
+    fault["leader_kept"] = kept
+    return fault
+
+
 SCENARIOS = {
     "kill-leader": kill_leader,
     "pause-leader": pause_leader,
@@ -188,7 +358,15 @@ SCENARIOS = {
     "kill-keepalived": kill_keepalived,
     "restart-all": restart_all,
     "rolling-restart": rolling_restart,
+    "disk-full-leader": disk_full_leader,
+    "disk-full-follower": disk_full_follower,
+    "eio-leader": eio_leader,
+    "kill-during-snapshot": kill_during_snapshot,
+    "stall-fsync-leader": stall_fsync_leader,
+    "cut-leader-to-follower": cut_leader_to_follower,
 }
+LEADER_STORAGE_FAULTS = ("disk-full-leader", "eio-leader")  # must fail over within 3 s
+FOLLOWER_FAULTS = ("disk-full-follower",)  # clients must see nothing
 CHOICES = (*SCENARIOS, "mix", "all")
 
 
@@ -341,10 +519,38 @@ def format_report(report: dict) -> str:
             s = checker.summary(released)
             lines.append(f"  {name}: the old leader released the VIP after median {s['median']:.3f} s, "
                          f"max {s['max']:.3f} s")
-    cuts = [f for f in report["faults"] if f["name"] == "cut-follower"]
-    if cuts:
-        kept = sum(1 for f in cuts if f.get("leader_kept"))
-        lines.append(f"  cut-follower: the leader kept leading at its term through {kept} of {len(cuts)} cuts")
+    for name in ("cut-follower", "cut-leader-to-follower"):
+        cuts = [f for f in report["faults"] if f["name"] == name]
+        if cuts:
+            kept = sum(1 for f in cuts if f.get("leader_kept"))
+            lines.append(f"  {name}: the leader kept leading at its term through {kept} of {len(cuts)} cuts")
+    for name in ("disk-full-leader", "disk-full-follower", "eio-leader"):
+        hit = [f for f in report["faults"] if f["name"] == name and f.get("exited_s") is not None]
+        if hit:
+            s = checker.summary([f["exited_s"] for f in hit])
+            codes = sorted({f.get("exit_code") for f in hit}, key=str)
+            lines.append(f"  {name}: the node exited on its own after median {s['median']:.3f} s, "
+                         f"max {s['max']:.3f} s, status {codes}; e.g. {hit[-1].get('message', '')!r}")
+    for name in FOLLOWER_FAULTS:
+        hit = [f for f in report["faults"] if f["name"] == name]
+        if hit:
+            quiet = sum(1 for f in hit if f.get("failed_ops") == 0)
+            lines.append(f"  {name}: clients saw no failed operation through {quiet} of {len(hit)} faults")
+    stalls = [f for f in report["faults"] if f["name"] == "stall-fsync-leader"]
+    if stalls:
+        elected = [f for f in stalls if f.get("elected_s") is not None]
+        moved = [f for f in stalls if f.get("vip_moved_s") is not None]
+        lines.append(f"  stall-fsync-leader: another node was elected during {len(elected)} of {len(stalls)} stalls"
+                     f"{' (median %.3f s)' % checker.summary([f['elected_s'] for f in elected])['median'] if elected else ''}"
+                     f"; the VIP moved to it during {len(moved)}")
+    snaps = [f for f in report["faults"] if f["name"] == "kill-during-snapshot"]
+    if snaps:
+        running = sum(1 for f in snaps if f.get("writer_killed_mid_write"))
+        lines.append(f"  kill-during-snapshot: {len(snaps)} kills ("
+                     f"{sum(1 for f in snaps if f.get('moment') == 'writing')} while writing, "
+                     f"{sum(1 for f in snaps if f.get('moment') == 'renamed')} just after the rename; "
+                     f"{sum(1 for f in snaps if f['node'] == f.get('leader'))} of the leader), "
+                     f"the writer killed before its rename at {running}")
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
     for error in report["errors"]:
         lines.append(f"  error: {error}")

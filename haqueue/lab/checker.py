@@ -26,8 +26,9 @@ What is counted (a job is identified by its put's unique body):
 Failover, per fault: from the first failed operation at or after the fault
 (connection errors and timeouts; a reserve that found the queue empty is not
 a failure) to the first put acknowledged after that failure. Where nothing
-failed the fault cost no availability (failover 0). Also the longest gap
-between two acknowledged puts in the fault's window.
+failed the fault cost no availability (failover 0). Also the number of failed
+operations and the longest gap between two acknowledged puts in the fault's
+window (from the fault to the next one).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def failovers(ops: list[Op], faults: list[dict]) -> list[dict]:
     for i, fault in enumerate(faults):
         start = fault["t"]
         end = faults[i + 1]["t"] if i + 1 < len(faults) else math.inf
-        first = next((op for op in failures if start <= op.done < end), None)
+        in_window = [op for op in failures if start <= op.done < end]
+        first = in_window[0] if in_window else None
         failover = None
         if first is None:
             failover = 0.0
@@ -208,7 +210,8 @@ def failovers(ops: list[Op], faults: list[dict]) -> list[dict]:
                 failover = round(recovered - began, 4)
         window = [start] + [t for t in put_oks if start <= t < end]
         gaps = [b - a for a, b in zip(window, window[1:])]
-        out.append({**fault, "failover_s": failover, "longest_put_gap_s": round(max(gaps, default=0.0), 4)})
+        out.append({**fault, "failover_s": failover, "failed_ops": len(in_window),
+                    "longest_put_gap_s": round(max(gaps, default=0.0), 4)})
     return out
 
 

@@ -1,10 +1,13 @@
 """The running lab: haqueue and keepalived in each node namespace, and what they report.
 
 `Lab.up()` builds the topology (topology.py), writes the lab's cluster file,
-renders keepalived configs with the real `haqueue ops gen-keepalived`, starts
-one `haqueue serve -f0` (durable) and one keepalived per node namespace, and
-waits until exactly the Raft leader holds the VIP. `Lab.down()` stops every
-process and removes every namespace the state file records.
+renders keepalived configs with the real `haqueue ops gen-keepalived`, mounts
+each node's data directory as its own small tmpfs and builds the fsync shim
+(storage.py), starts one `haqueue serve -f0 -s JOURNAL_SIZE` (durable, small
+journal so snapshots are frequent; with the sync-fault shim preloaded, so
+storage faults can be injected) and one keepalived per node namespace, and waits until
+exactly the Raft leader holds the VIP. `Lab.down()` stops every process,
+unmounts every tmpfs and removes every namespace the state file records.
 
 Rules:
 - Processes are started with `ip netns exec NS ...` (which execs, so the PID
@@ -36,7 +39,7 @@ import psutil
 
 from haqueue import admin_client
 from haqueue.cluster import Cluster, load_cluster
-from haqueue.lab import topology
+from haqueue.lab import storage, topology
 from haqueue.lab.topology import LabState
 
 DEFAULT_DIR = "/run/haqueue-lab"
@@ -107,11 +110,18 @@ class NodeView:
 
 class Lab:
     def __init__(self, directory: str | Path = DEFAULT_DIR, prefix: str = "hqlab",
-                 subnet: str = topology.DEFAULT_SUBNET) -> None:
+                 subnet: str = topology.DEFAULT_SUBNET, journal_size: int | None = None,
+                 disk_mib: int | None = None) -> None:
         self.dir = Path(directory)
         loaded = LabState.load(self.dir) if (self.dir / topology.STATE_NAME).exists() else None
         self.state = loaded or LabState(dir=str(self.dir), prefix=prefix, subnet=subnet)
+        if loaded is None:
+            if journal_size is not None:
+                self.state.journal_size = journal_size
+            if disk_mib is not None:
+                self.state.disk_mib = disk_mib
         self.children: dict[str, subprocess.Popen] = {}  # processes this Python process started
+        self.rounds: dict[str, int] = {}  # scenario -> faults of it injected by this process (alternation)
 
     # -------------------------------------------------------------- paths
     @property
@@ -128,27 +138,44 @@ class Lab:
 
     @property
     def is_up(self) -> bool:
-        return bool(self.state.namespaces)
+        return bool(self.state.namespaces or self.state.mounts)
 
     def log_path(self, name: str) -> Path:
         return self.dir / "logs" / f"{name}.log"
+
+    def data_dir(self, node_id: str) -> Path:
+        return self.dir / "data" / node_id
+
+    @property
+    def shim_path(self) -> Path:
+        return self.dir / "slow_fsync.so"
 
     # ------------------------------------------------------------ up/down
     def up(self, timeout: float = 30.0) -> None:
         if self.is_up:
             raise LabError(f"a lab is already up (state in {self.state.path}); run `haqueue lab down` first")
         topology.check_subnet(self.state.subnet)
+        storage.check_tools()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)  # keepalived runs the check script from here as nobody
         # A new cluster (new secret): an earlier lab's journals must not replay
         # into it, and its logs start empty so they describe this lab alone.
-        for old in ("data", "logs", "run"):
+        for old in ("data", "logs", "run", "sync-control"):
+            if old == "data":
+                for node_id in NODE_IDS:  # a tmpfs a crashed lab left (not in any state file now)
+                    storage.unmount(self.data_dir(node_id))
             shutil.rmtree(self.dir / old, ignore_errors=True)
         (self.dir / "logs").mkdir()
         self.state.save()
         self.keepalived_dir.mkdir(exist_ok=True)
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
         self._render_keepalived()
+        storage.build_shim(self.dir)
+        for node_id in NODE_IDS:
+            path = self.data_dir(node_id)
+            self.state.mounts.append(str(path))
+            self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
+            storage.mount_tmpfs(path, self.state.disk_mib)
         topology.build(self.state, list(NODE_IDS))
         for node_id in NODE_IDS:
             self.start_node(node_id)
@@ -172,14 +199,17 @@ class Lab:
         """Stop every recorded process and remove every recorded namespace; say what went."""
         stopped = []
         for name, record in sorted(self.state.processes.items()):
-            if self._signal_record(record, signal.SIGKILL):
+            # The whole group: a node's forked snapshot writer is ours too.
+            if self._signal_record({**record, "group": True}, signal.SIGKILL):
                 stopped.append(name)
         for name, record in self.state.processes.items():
             self._wait_gone(name, record, 10)
         self.state.processes = {}
+        unmounted = [path for path in reversed(self.state.mounts) if storage.unmount(path)]
+        self.state.mounts = []
         removed = topology.destroy(self.state)
         self.state.path.unlink(missing_ok=True)
-        return {"processes": stopped, "namespaces": removed}
+        return {"processes": stopped, "namespaces": removed, "mounts": unmounted}
 
     # ---------------------------------------------------------- processes
     def track(self, name: str, proc: subprocess.Popen, group: bool) -> None:
@@ -244,6 +274,17 @@ class Lab:
         if record is None or not self._signal_record(record, sig):
             raise LabError(f"{name} is not running")
 
+    def kill_group(self, name: str) -> None:
+        """SIGKILL a process and everything in its process group (a node and its snapshot
+        writer), as a power cut or systemd's cgroup kill would: nothing of it outlives it."""
+        record = self.state.processes.get(name)
+        if record is None or self._ours(record) is None:
+            raise LabError(f"{name} is not running")
+        try:
+            os.killpg(record["pid"], signal.SIGKILL)  # started with its own session: pgid == pid
+        except ProcessLookupError:
+            raise LabError(f"{name} is not running") from None
+
     def wait_exit(self, name: str, timeout: float = 10.0) -> None:
         record = self.state.processes[name]
         if not self._wait_gone(name, record, timeout):
@@ -259,9 +300,22 @@ class Lab:
     def start_node(self, node_id: str) -> None:
         if self.alive(node_id):
             return
-        argv = [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
-                "-b", str(self.dir / "data" / node_id), "-f0"]
+        serve = [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
+                 "-b", str(self.data_dir(node_id)), "-f0", "-s", str(self.state.journal_size)]
+        argv = storage.node_argv(self.dir, node_id, self.shim_path, serve)
         self._spawn(node_id, self.state.node_ns(node_id), argv, group=False)
+
+    def exit_code(self, node_id: str) -> int | None:
+        """The exit status of a node this process started and saw exit (None if unknown)."""
+        child = self.children.get(node_id)
+        return None if child is None else child.poll()
+
+    def last_log_line(self, name: str) -> str:
+        try:
+            lines = self.log_path(name).read_text(errors="replace").strip().splitlines()
+        except FileNotFoundError:
+            return ""
+        return lines[-1] if lines else ""
 
     def start_keepalived(self, node_id: str) -> None:
         name = f"keepalived-{node_id}"
