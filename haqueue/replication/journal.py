@@ -4,7 +4,7 @@ pysyncobj 0.3.17's FileJournal writes entries into an mmap that is never
 synced, and its term/vote metadata without fsync; a crash can lose entries a
 follower already acknowledged, or a vote it already cast. This journal keeps
 the same interface (add, clear, deleteEntriesFrom, deleteEntriesTo, indexing,
-term and vote, commit index) with an append-only file written by os.write and
+term and vote, commit index) with an append-only file written with pwrite and
 synced according to the node's FsyncPolicy. `sync()` is called by the
 transport before an acknowledgement leaves the node and by the node before a
 committed entry is applied (see raft_node.py), which gives design.md I1/I7.
@@ -77,15 +77,17 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data) -> None:
-    """os.write until every byte is written: a short write is not an error
-    by itself, but the bytes it did not write must not be forgotten."""
+def write_all(fd: int, data, offset: int | None = None) -> None:
+    """Write every byte of `data` (at `offset`, with pwrite, if given): a short
+    write is not an error by itself, but the bytes it left must not be lost."""
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
         if n <= 0:
             raise OSError(errno.EIO, "write wrote nothing")
         view = view[n:]
+        if offset is not None:
+            offset += n
 
 
 def write_atomically(path: str, data: bytes, sync: bool, tmp: str | None = None) -> None:
@@ -170,7 +172,6 @@ class DurableJournal(Journal):
             reason = exc.strerror or str(exc)
             code = f"{errno.errorcode.get(exc.errno, exc.errno)}: " if exc.errno else ""
             self.failed = f"journal {path or self.path}: {operation} failed: {code}{reason}"
-            log.critical("%s", self.failed)
         return JournalError(self.failed)
 
     def _check(self) -> None:
@@ -320,8 +321,11 @@ class DurableJournal(Journal):
         command = bytes(command)
         payload = _PAYLOAD_HEAD.pack(idx, term) + command
         record = _RECORD_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+        # pwrite at the known end: no reliance on the file position after a
+        # truncation or reopen (and the journal's writes are the only pwrite
+        # calls of the process, which lets libfiu fail exactly them in tests).
         with self._io("write"):
-            write_all(self.fd, record)
+            write_all(self.fd, record, self.end)
         self.entries.append((command, idx, term))
         self.offsets.append(self.end)
         self.end += len(record)

@@ -232,3 +232,18 @@ def test_compacting_everything_leaves_an_empty_journal(tmp_path):
     j.add(b"d", 4, 1)
     j._destroy()
     assert [e[1] for e in DurableJournal(path, NEVER).entries] == [4]
+
+
+def test_short_writes_are_completed_not_forgotten(tmp_path, monkeypatch):
+    # A write may take fewer bytes than asked (a signal, a nearly full disk);
+    # the rest must follow, or every later record is shifted and unreadable.
+    real_pwrite = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real_pwrite(fd, bytes(data[:7]), offset))
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 4):
+        j.add(b"a command of some length %d" % i, i, 1)
+    j._destroy()
+    monkeypatch.undo()
+    assert [e[0] for e in DurableJournal(path, NEVER).entries] == [
+        b"a command of some length 1", b"a command of some length 2", b"a command of some length 3"]
