@@ -269,8 +269,9 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
     n = lab.rounds.get("kill-during-snapshot", 0)
     lab.rounds["kill-during-snapshot"] = n + 1
     node = leader if n % 2 == 0 else rng.choice([x for x in NODE_IDS if x != leader])
-    # leader/writing, follower/writing, leader/renamed, follower/renamed, ...
-    moment = "writing" if (n // 2) % 2 == 0 else "renamed"
+    # leader/writing, follower/renamed, leader/renamed, follower/writing, ...: two faults
+    # already cover both roles and both moments, four every pairing.
+    moment = "writing" if n % 4 in (0, 3) else "renamed"
     snap = lab.data_dir(node) / "raft.snapshot"
     writing = snap.with_name(snap.name + ".writing")
 
