@@ -319,3 +319,37 @@ def test_the_snapshot_writer_holds_no_inherited_socket(tmp_path, monkeypatch):
         listener.close()
         node.stop()
         node._doDestroy()
+
+
+def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
+    from haqueue.replication.raft_node import ReplicatedQueue
+    from haqueue.replication.snapshot import SnapshotError
+
+    stops = []
+    node = ReplicatedQueue(f"{HOST}:{free_port()}", [], data_dir=str(tmp_path / "d"), policy=NEVER,
+                           on_fatal=stops.append)
+    try:
+        received = tmp_path / "d" / "raft.snapshot"
+        received.write_bytes(b"")  # as pysyncobj leaves a transfer cut short by a crash
+        with pytest.raises(SnapshotError):
+            node._read_snapshot(str(received))  # what pysyncobj calls, then only logs
+        assert stops and "the file is empty" in stops[0]
+        assert node.fatal_error == stops[0]
+    finally:
+        node.stop()
+        node._doDestroy()
+
+
+def test_replay_applies_only_what_the_node_knew_was_committed(tmp_path):
+    import pickle
+
+    journal = DurableJournal(str(tmp_path / "raft.journal"), NEVER)
+    for i in range(1, 6):
+        batch = C.encode_batch(1000, [(C.PUT, "default", 0, 0, 60_000, b"job %d" % i)])
+        journal.add(bytes([0]) + pickle.dumps((0, (batch,))), i, 1)
+    journal.setRaftCommitIndex(3)
+    journal._destroy()
+    committed, applied = replay(str(tmp_path))
+    everything, _ = replay(str(tmp_path), uncommitted=True)
+    assert (len(committed.jobs), applied) == (3, 3)
+    assert len(everything.jobs) == 5
