@@ -106,9 +106,10 @@ def down(directory: str) -> None:
 @click.option("--scenario", required=True, help="kill-leader, pause-leader, partition-leader, isolate-leader, "
               "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
               "disk-full-follower, eio-leader, kill-during-snapshot, stall-fsync-leader; and the one-way "
-              "cut-leader-to-follower; mix (random) or all (each in turn). See haqueue/lab/chaos.py.")
+              "cut-leader-to-follower; mix (random), all (each in turn), or several joined by commas "
+              "(those in turn). See haqueue/lab/chaos.py.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
-              help="Faults to inject (with `all`: rounds of every scenario).")
+              help="Faults to inject (with `all` or a list: rounds of every scenario in it).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the full report here.")
@@ -119,11 +120,12 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | 
     operation is recorded and the history checked (haqueue/lab/checker.py).
     Exits 1 when anything was lost, unexpected or doubly reserved.
     """
-    from haqueue.lab.chaos import CHOICES, format_report, run_chaos
+    from haqueue.lab.chaos import CHOICES, format_report, run_chaos, unknown
     from haqueue.lab.lab import LabError
 
-    if scenario not in CHOICES:
-        raise HaqueueError(f"--scenario: unknown {scenario!r} (one of: {', '.join(CHOICES)})")
+    bad = unknown(scenario)
+    if bad:
+        raise HaqueueError(f"--scenario: unknown {bad[0]!r} (one of: {', '.join(CHOICES)})")
     the_lab = _lab(directory)
     if not the_lab.is_up:
         raise HaqueueError(f"no lab is up in {directory}; run `haqueue lab up` first")

@@ -52,8 +52,9 @@ the fault records how long that took, its exit status and that line:
   cut-leader-to-follower  drop the leader's packets to one follower, one
                      way only (a blackhole route in the leader's namespace),
                      for 2-4 s; records whether the leader kept its term
-  mix                each fault drawn at random from the above
-  all                each of the above in turn (a plan of runs x 8 faults)
+  mix                each fault drawn at random from all of them
+  all                each of them in turn (a plan of runs x 14 faults)
+  A,B,...            the named ones in turn (runs x their number)
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -264,6 +266,25 @@ def eio_leader(lab: Lab, rng: random.Random) -> dict:
 SNAPSHOT_WAIT = 20.0  # with the lab's small -s a snapshot starts every second or two
 
 
+def _disk_view(lab: Lab, node: str, tag: str) -> dict:
+    """What the killed node left on disk (diskview.py), read from a copy; the copy is kept
+    (LAB_DIR/evidence/TAG) only when something is wrong with it."""
+    copy = lab.dir / "evidence" / f"{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(lab.data_dir(node), copy)
+    proc = subprocess.run([sys.executable, "-m", "haqueue.lab.diskview", str(copy)],
+                          capture_output=True, text=True, timeout=60)
+    try:
+        view = json.loads(proc.stdout)
+    except ValueError:
+        view = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1], "entries_at_risk": 0}
+    if view.get("error") or view.get("entries_at_risk"):
+        view["evidence"] = str(copy)
+    else:
+        shutil.rmtree(copy, ignore_errors=True)
+    return view
+
+
 def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     n = lab.rounds.get("kill-during-snapshot", 0)
@@ -304,6 +325,7 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
     lab.wait_exit(node)
     if node == leader:
         _await_new_leader(lab, node, fault)
+    fault["disk"] = _disk_view(lab, node, f"{n + 1}-{node}-{moment}")
     lab.start_node(node)
     return fault
 
@@ -371,13 +393,30 @@ FOLLOWER_FAULTS = ("disk-full-follower",)  # clients must see nothing
 CHOICES = (*SCENARIOS, "mix", "all")
 
 
+STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "kill-during-snapshot",
+                     "stall-fsync-leader", "cut-leader-to-follower")
+
+
+def unknown(scenario: str) -> list[str]:
+    """The names in a scenario argument (one name, or several joined by commas) that are not scenarios."""
+    if scenario in CHOICES:
+        return []
+    return [name for name in scenario.split(",") if name not in SCENARIOS]
+
+
 def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
+    """The faults to inject: `mix` draws each at random, `all` runs every scenario in turn
+    `runs` times over, and a comma-separated list (a,b,c) does the same for those named."""
     if scenario == "mix":
         return [rng.choice(list(SCENARIOS)) for _ in range(runs)]
     if scenario == "all":
         return [name for _ in range(runs) for name in SCENARIOS]
-    if scenario not in SCENARIOS:
-        raise LabError(f"unknown scenario {scenario!r} (one of: {', '.join(CHOICES)})")
+    bad = unknown(scenario)
+    if bad:
+        raise LabError(f"unknown scenario {bad[0]!r} (one of: {', '.join(CHOICES)})")
+    names = scenario.split(",")
+    if len(names) > 1:
+        return [name for _ in range(runs) for name in names]
     return [scenario] * runs
 
 
@@ -414,6 +453,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     if leftover.returncode != 0:
         raise LabError(f"could not empty the queue before the run: {leftover.stdout.strip()}")
     started = time.monotonic()
+    log_start = {n: _size(lab.log_path(n)) for n in NODE_IDS}
     log = open(out_dir / "workload.log", "ab")
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -466,6 +506,20 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
             with open(path) as f:
                 events += [json.loads(line) for line in f if line.strip()]
     report = checker.check(events, faults, ttr=workload_ttr)
+    report["log_warnings"] = _log_warnings(lab, log_start)
+    for i, fault in enumerate(faults):
+        disk = fault.get("disk") or {}
+        if disk.get("entries_at_risk"):
+            errors.append(f"{fault['name']} on {fault['node']} ({fault.get('moment')}): the journal holds "
+                          f"{disk['entries_at_risk']} entries after the snapshot that a restart drops "
+                          f"(snapshot {disk['snapshot']}, journal {disk['journal']}; copy in {disk['evidence']})")
+        elif disk.get("error"):
+            errors.append(f"{fault['name']} on {fault['node']}: its disk could not be read: {disk['error']} "
+                          f"(copy in {disk.get('evidence')})")
+    for node, found in report["log_warnings"].items():
+        if found.get("truncating already-applied"):
+            errors.append(f"{node} logged 'truncating already-applied log entries' {found['truncating already-applied']}"
+                          f" times: its state may have diverged (see {lab.log_path(node)})")
     holders = lab.vip_holders()
     leader = lab.leader()
     report.update({
@@ -487,6 +541,34 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     report["failover_by_scenario"] = {name: checker.summary(v) for name, v in sorted(by_name.items())}
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return report
+
+
+# Node log lines worth counting per run: the first is a violation (pysyncobj cut entries
+# the node had applied); the second means a restarted node found its snapshot's commit
+# index beyond its journal (kill-during-snapshot's disk view says whether entries were lost).
+LOG_WARNINGS = ("truncating already-applied", "exceeds journal end")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _log_warnings(lab: Lab, start: dict[str, int]) -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for node in NODE_IDS:
+        try:
+            with open(lab.log_path(node), "rb") as f:
+                f.seek(start.get(node, 0))
+                text = f.read().decode(errors="replace")
+        except FileNotFoundError:
+            continue
+        counts = {w: text.count(w) for w in LOG_WARNINGS if w in text}
+        if counts:
+            found[node] = counts
+    return found
 
 
 def format_report(report: dict) -> str:
@@ -552,6 +634,13 @@ def format_report(report: dict) -> str:
                      f"{sum(1 for f in snaps if f.get('moment') == 'renamed')} just after the rename; "
                      f"{sum(1 for f in snaps if f['node'] == f.get('leader'))} of the leader), "
                      f"the writer killed before its rename at {running}")
+    if snaps:
+        viewed = [f.get("disk") or {} for f in snaps]
+        lines.append(f"  kill-during-snapshot: disk left by the kill read back {sum(1 for v in viewed if v and not v.get('error'))}"
+                     f" of {len(snaps)} times; journal entries a restart would drop: "
+                     f"{sum(v.get('entries_at_risk', 0) for v in viewed)}")
+    for node, found in sorted(report.get("log_warnings", {}).items()):
+        lines.append(f"  {node} log: " + ", ".join(f"{w!r} x{n}" for w, n in sorted(found.items())))
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
     for error in report["errors"]:
         lines.append(f"  error: {error}")

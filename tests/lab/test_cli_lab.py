@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -37,6 +38,22 @@ def test_unknown_scenario_is_one_line(capsys, tmp_path):
     assert code == 1
     assert err.startswith("haqueue: --scenario: unknown 'meteor' (one of: kill-leader,")
     assert err.count("\n") == 1
+
+
+def test_a_scenario_list_names_its_unknown_member_in_one_line(capsys, tmp_path):
+    code, err = run(capsys, "lab", "chaos", "--scenario", "eio-leader,meteor", "--dir", str(tmp_path))
+    assert code == 1
+    assert err.startswith("haqueue: --scenario: unknown 'meteor' (one of: kill-leader,")
+    assert "disk-full-leader" in err and "cut-leader-to-follower" in err
+    assert err.count("\n") == 1
+
+
+def test_help_names_every_scenario(capsys):
+    from haqueue.lab.chaos import CHOICES
+
+    assert main(["lab", "chaos", "--help"]) == 0
+    text = re.sub(r"-\s+", "-", capsys.readouterr().out)  # click wraps lines at hyphens
+    assert all(name in text for name in CHOICES), text
 
 
 @pytest.mark.lab
