@@ -149,6 +149,20 @@ def test_kill_at_random_moments_with_frequent_snapshots_loses_no_acknowledged_pu
             assert conn.recv_reply().startswith(b"FOUND %d " % job_id)
 
 
+def test_a_clean_stop_while_a_snapshot_is_written_loses_nothing(tmp_path):
+    # SIGTERM waits for the snapshot writer, but the tick that would drop the
+    # journal prefix never comes: the same window as a crash, reached without
+    # one (found while testing the event logs: 12-19 of 20 jobs came back).
+    for run in range(6):
+        data = tmp_path / f"data{run}"
+        with start_haqueue("-f0", "-s", "4096", data_dir=str(data)) as srv, srv.connect() as conn:
+            acked = [put_ids(conn, 1, b"x" * 200)[0] for _ in range(20)]
+        with start_haqueue("-f0", "-s", "4096", data_dir=str(data)) as srv, srv.connect() as conn:
+            conn.send(b"stats-tube default\r\n")
+            assert b"current-jobs-ready: 20\n" in conn.recv_reply(), f"run {run}"
+            assert put_ids(conn, 1) == [max(acked) + 1]
+
+
 # ---------------------------------------------------------------- disk full
 def _serve_on_small_disk(data: Path, size: str, port: int, stderr_path: Path) -> subprocess.Popen:
     """haqueue on a tmpfs of `size`, mounted in a mount namespace of its own:
