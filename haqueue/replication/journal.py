@@ -42,6 +42,7 @@ import zlib
 from pysyncobj.journal import Journal
 
 from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.observed import FsyncTimer
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class DurableJournal(Journal):
         self.last_sync = time.monotonic()
         self.syncs = 0
         self.records_written = 0
+        self.fsync_timer = FsyncTimer()  # latency histogram and slow-fsync log (observed.py)
         # Background sync: the worker syncs up to `_sync_target` (a file offset)
         # and then raises `synced_end` to it; both guarded by `_sync_state`.
         self._sync_state = threading.Condition()
@@ -177,10 +179,15 @@ class DurableJournal(Journal):
         self._wait_for_background()
         if self.dirty:
             target = self.end
-            os.fdatasync(self.fd)
+            self._fdatasync(self.fd)
             self.syncs += 1
             self.synced_end = max(self.synced_end, target)
         self.last_sync = time.monotonic()
+
+    def _fdatasync(self, fd: int) -> None:
+        started = time.monotonic()
+        os.fdatasync(fd)
+        self.fsync_timer.observe(time.monotonic() - started, self.path)
 
     def end_of_index(self, idx: int) -> int:
         """The file offset just past Raft entry `idx` (the end, if unknown)."""
@@ -217,7 +224,7 @@ class DurableJournal(Journal):
             try:
                 # The fd stays open meanwhile: whatever would close or cut the
                 # file waits for _sync_target to clear (_wait_for_background).
-                os.fdatasync(fd)
+                self._fdatasync(fd)
             except OSError as exc:
                 error = exc
             with state:

@@ -91,6 +91,7 @@ from haqueue.core.state import QueueState
 from haqueue.replication import append_guard, wire
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.journal import DurableJournal, write_atomically
+from haqueue.replication.observed import RaftObservations
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +305,7 @@ class ReplicatedQueue(SyncObj):
         self.on_fatal = on_fatal
         self.fatal_error: str | None = None
         self.snapshots_written = 0
+        self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
         self._snapshot_pid = 0
         self.journal_limit = journal_limit
         self._stopping = threading.Event()
@@ -423,6 +425,7 @@ class ReplicatedQueue(SyncObj):
             try:
                 self.doTick(0.02)
                 now = time.monotonic()
+                self.observations.note_commit(self.raftCommitIndex, now)
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
                     self.transport.keep_alive()
@@ -548,6 +551,7 @@ class ReplicatedQueue(SyncObj):
 
     # ---------------------------------------------------------- leadership
     def _state_changed(self, old: int, new: int) -> None:
+        self.observations.role_changed(old, new, self.raftCurrentTerm)
         if self.on_role_change is not None:
             self.on_role_change(ROLE_NAMES.get(new, str(new)))
 
@@ -556,6 +560,17 @@ class ReplicatedQueue(SyncObj):
         if self._isLeader():
             return "leader"
         return "follower" if self._getLeader() is not None else "candidate"
+
+    def peer_match_indexes(self) -> dict[str, int]:
+        """On the leader: each follower's highest replicated index, by Raft address."""
+        if not self._isLeader():
+            return {}
+        return {node.address: index for node, index in list(self._SyncObj__raftMatchIndex.items())}
+
+    def peers_connected(self) -> dict[str, bool]:
+        """Each peer's Raft address, and whether its link is up."""
+        up = self.transport.peers_up if self.transport is not None else set()
+        return {node.address: node in up for node in self._SyncObj__otherNodes}
 
     def status(self) -> dict:
         status = self.getStatus()
@@ -576,6 +591,7 @@ class ReplicatedQueue(SyncObj):
         # that of the last applied entry. pysyncobj will then try to rename its
         # own temporary file over the dump; that file never exists, the rename
         # fails harmlessly, and serializeChecker (ours) reports the truth.
+        self.observations.snapshot_started()
         pid = os.fork()
         if pid == 0:  # the child: no threads, no locks; write and leave
             code = 1
@@ -603,7 +619,9 @@ class ReplicatedQueue(SyncObj):
         self._snapshot_pid = 0
         if os.waitstatus_to_exitcode(status) == 0:
             self.snapshots_written += 1
+            self.observations.snapshot_finished(True, _file_size(self.dump_path))
             return SERIALIZER_STATE.SUCCESS
+        self.observations.snapshot_finished(False, None)
         log.warning("snapshot writer failed with status %s", status)
         return SERIALIZER_STATE.FAILED
 
@@ -616,6 +634,13 @@ class ReplicatedQueue(SyncObj):
         with self.state_lock:
             self.state = state
         return raft_data
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 FAIL_SUCCESS = FAIL_REASON.SUCCESS
