@@ -6,6 +6,7 @@ GET /leader  200 only on the leader that is serving clients, else 503 — the
              keepalived and LVS route to the leader alone
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (design.md I2)
+GET /metrics the Prometheus text format (metrics.py): every node, followers too
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
              objects found among them by a full pass, which stops the node
@@ -34,6 +35,7 @@ class AdminServer:
         self.host = host
         self.port = port
         self._listener: asyncio.AbstractServer | None = None
+        self._metrics = None  # made on the first scrape: prometheus-client loads only if asked
 
     async def start(self) -> None:
         self._listener = await asyncio.start_server(
@@ -45,7 +47,8 @@ class AdminServer:
             self._listener.close()
             await self._listener.wait_closed()
 
-    def answer(self, path: str) -> tuple[int, str, bytes]:
+    def answer(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+        """(status, content type, body); a long body may come as a list of chunks."""
         node_server = self.server
         route, _, query = path.partition("?")
         if route == "/health":
@@ -61,6 +64,14 @@ class AdminServer:
                     status["digest"] = node_server.state.digest()
                     status["jobs"] = len(node_server.state.jobs)
             return 200, "application/json", json.dumps(status, sort_keys=True).encode() + b"\n"
+        if route == "/metrics":
+            if self._metrics is None:
+                from haqueue.server.metrics import Metrics
+
+                self._metrics = Metrics(node_server)
+            from haqueue.server.metrics import CONTENT_TYPE
+
+            return 200, CONTENT_TYPE, self._metrics.exposition()
         if route == "/gc" and node_server.collector is not None:
             collector = node_server.collector
             report = {"freezes": collector.freezes, "longest_pause_ms": round(collector.longest_pause_ms, 3),
@@ -80,10 +91,11 @@ class AdminServer:
             else:
                 code, kind, body = self.answer(parts[1])
             reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
-            writer.write(
-                f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-                f"Connection: close\r\n\r\n".encode() + (body if parts[0] == "GET" else b"")
-            )
+            chunks = body if isinstance(body, list) else [body]
+            length = sum(len(chunk) for chunk in chunks)
+            head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"
+                    f"Connection: close\r\n\r\n").encode()
+            writer.writelines([head, *chunks] if parts[0] == "GET" else [head])
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, UnicodeDecodeError):
