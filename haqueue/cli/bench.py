@@ -71,6 +71,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
 @click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
+@click.option("--scrape", "scrape_tubes", type=click.IntRange(min=1), default=None, metavar="TUBES",
+              help="Metrics benchmark: start a haqueue node with TUBES tubes, scrape /metrics "
+                   "repeatedly, report the node's CPU per scrape.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -96,12 +99,22 @@ def bench(
     compare_with: str,
     durable: bool,
     memory_jobs: int | None,
+    scrape_tubes: int | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
     Every reply is checked; the first unexpected one ends the run with an error.
     """
+    if scrape_tubes is not None:
+        from haqueue.bench.scrape import bench_scrape
+
+        try:
+            with _sigterm_as_interrupt():
+                click.echo(bench_scrape(scrape_tubes).describe())
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
     chosen = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster)) if on]
     compare_cluster = compare and cluster is not None
     if compare_cluster:
