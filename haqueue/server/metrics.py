@@ -23,6 +23,7 @@ through prometheus-client.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -290,17 +291,26 @@ class NodeCollector:
         yield CounterMetricFamily("haqueue_snapshots", "Snapshots written.", value=seen.snapshots)
         yield CounterMetricFamily("haqueue_snapshot_failures", "Snapshot writers that failed.",
                                   value=seen.snapshot_failures)
-        if seen.last_snapshot_seconds is not None:
-            yield GaugeMetricFamily("haqueue_snapshot_last_duration_seconds", "How long the last snapshot "
-                                    "took to write.", value=seen.last_snapshot_seconds)
-        if seen.last_snapshot_bytes is not None:
-            yield GaugeMetricFamily("haqueue_snapshot_last_bytes", "Size of the last snapshot.",
-                                    value=seen.last_snapshot_bytes)
+        yield GaugeMetricFamily("haqueue_snapshot_last_duration_seconds", "How long the last snapshot "
+                                "took to write (0 before the first).", value=seen.last_snapshot_seconds or 0)
+        yield GaugeMetricFamily("haqueue_snapshot_last_bytes", "Size of the last snapshot (0 before the "
+                                "first).", value=seen.last_snapshot_bytes or 0)
         journal = node_journal(server)
         if journal is not None:
             yield GaugeMetricFamily("haqueue_journal_bytes", "Size of the Raft journal file.", value=journal.end)
             yield _histogram("haqueue_journal_fsync_seconds", "Time each fsync of the journal took.",
                              journal.fsync_timer.seconds)
+        data_dir = server.options.data_dir
+        if data_dir:
+            try:
+                disk = os.statvfs(data_dir)
+            except OSError:
+                pass
+            else:
+                yield GaugeMetricFamily("haqueue_data_dir_free_bytes", "Bytes free to unprivileged users "
+                                        "on the data directory's file system.", value=disk.f_bavail * disk.f_frsize)
+                yield GaugeMetricFamily("haqueue_data_dir_size_bytes", "Size of the data directory's file "
+                                        "system.", value=disk.f_blocks * disk.f_frsize)
         if self.vip_watch is not None:
             held = self.vip_watch.current()
             if held is not None:
