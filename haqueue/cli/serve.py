@@ -211,4 +211,6 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         max_job_size=max_job_size,
         admin=(me.address, me.admin_port),
         name=f"{cluster.name}/{me.id}",
+        members=[(n.id, n.address, n.admin_port, n.raft_endpoint) for n in cluster.nodes],
+        node_id=me.id,
     )

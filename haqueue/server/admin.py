@@ -1,5 +1,7 @@
 """The per-node HTTP admin endpoint, for load balancers, keepalived and monitoring.
 
+GET /        the status page (status_page.py): the cluster in a browser, live
+GET /cluster JSON: the cluster as this node sees it, for the page and `haqueue top`
 GET /health  200 while the node runs (any role)
 GET /leader  200 only on the leader that is serving clients, else 503 — the
              same answer as `haqueue node is-leader` (design.md I3), so
@@ -51,6 +53,10 @@ class AdminServer:
         """(status, content type, body); a long body may come as a list of chunks."""
         node_server = self.server
         route, _, query = path.partition("?")
+        if route == "/":
+            from haqueue.server.status_page import page
+
+            return 200, "text/html; charset=utf-8", page()
         if route == "/health":
             return 200, "text/plain", b"ok\n"
         if route == "/leader":
@@ -81,6 +87,15 @@ class AdminServer:
             return 200, "application/json", json.dumps(report, sort_keys=True).encode() + b"\n"
         return 404, "text/plain", b"not found\n"
 
+    async def answer_async(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+        """`answer`, and the routes that wait for other nodes (/cluster)."""
+        if path.partition("?")[0] == "/cluster" and self.server.node is not None:
+            from haqueue.server.status_page import cluster_view
+
+            view = await cluster_view(self.server)
+            return 200, "application/json", json.dumps(view, sort_keys=True).encode() + b"\n"
+        return self.answer(path)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2)
@@ -89,7 +104,7 @@ class AdminServer:
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
-                code, kind, body = self.answer(parts[1])
+                code, kind, body = await self.answer_async(parts[1])
             reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
             chunks = body if isinstance(body, list) else [body]
             length = sum(len(chunk) for chunk in chunks)

@@ -276,10 +276,9 @@ class NodeCollector:
                                 "follower has not acknowledged.", labels=["peer"])
         lag_seconds = GaugeMetricFamily("haqueue_raft_follower_lag_seconds", "On the leader: how long ago the "
                                         "oldest entry the follower lacks was committed.", labels=["peer"])
-        now = time.monotonic()
-        for peer, match in sorted(node.peer_match_indexes().items()):
-            lag.add_metric([peer], max(0, commit - match))
-            lag_seconds.add_metric([peer], node.observations.lag_seconds(match, now))
+        for peer, behind in server.follower_lag().items():
+            lag.add_metric([peer], behind["entries"])
+            lag_seconds.add_metric([peer], behind["seconds"])
         yield lag
         yield lag_seconds
         seen = node.observations

@@ -13,7 +13,7 @@ import pytest
 
 from haqueue import admin_client
 from haqueue.cli.main import main
-from tests.support.prometheus import binary
+from tests.support.tools import binary
 from tests.support.servers import free_port, start_haqueue
 
 REPO = Path(__file__).resolve().parents[2]

@@ -122,3 +122,22 @@ def test_metrics_is_served_with_the_text_format_content_type(path):
         assert response.status == 200
         assert response.getheader("Content-Type").startswith("text/plain; version=0.0.4")
         assert b"# TYPE beanstalkd_cmd_put_total counter" in response.read()
+
+
+def test_cluster_view_of_a_lone_node_and_the_page_it_serves():
+    import json
+
+    with node_with_admin() as (srv, admin):
+        with RawConn(srv.host, srv.port) as conn:
+            conn.send(b"use jobs\r\nput 0 0 60 1\r\nx\r\n")
+            assert conn.recv_replies(2)[1].startswith(b"INSERTED")
+            code, body = admin_client.get("127.0.0.1", admin, "/cluster", 5)
+            assert code == 200
+            view = json.loads(body)
+            code, page = admin_client.get("127.0.0.1", admin, "/", 5)
+    assert view["leader"] == view["node"] and view["serving"] == [view["node"]]
+    assert [n["role"] for n in view["nodes"]] == ["leader"]
+    tubes = {t["name"]: t for t in view["tubes"]}
+    assert tubes["jobs"]["ready"] == 1 and tubes["jobs"]["total_jobs"] == 1
+    assert code == 200 and page.startswith(b"<!doctype html>")
+    assert b"http://" not in page and b"https://" not in page  # no external assets

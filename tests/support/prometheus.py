@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -24,15 +23,9 @@ from typing import Iterator
 import pytest
 
 from tests.support.servers import HOST, free_port
+from tests.support.tools import binary
 
 READY_TIMEOUT = 30.0
-
-
-def binary(name: str) -> str | None:
-    for candidate in (shutil.which(name), f"/usr/bin/{name}"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    return None
 
 
 def require_prometheus() -> str:
