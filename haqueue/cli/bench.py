@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import click
@@ -24,6 +25,7 @@ from haqueue.bench.compare import (
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
 from haqueue.bench.report import format_memory, format_runs, to_json
+from haqueue.progress import Progress, elapsed
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -110,8 +112,10 @@ def bench(
         from haqueue.bench.scrape import bench_scrape
 
         try:
-            with _sigterm_as_interrupt():
-                click.echo(bench_scrape(scrape_tubes).describe())
+            progress, started = Progress(), time.monotonic()
+            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --scrape: {elapsed(started)} elapsed"):
+                result = bench_scrape(scrape_tubes)
+            click.echo(result.describe())
         except BenchError as exc:
             raise click.ClickException(str(exc)) from None
         return
@@ -162,7 +166,10 @@ def bench(
             timeout=timeout,
         )
         spec.validate()
-        with _sigterm_as_interrupt():
+        # A per-second line on a terminal (quiet when piped): runs take seconds to minutes.
+        progress = Progress()
+        started = time.monotonic()
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench: {elapsed(started)} elapsed"):
             if memory_jobs:
                 memory = measure_memory(spec, kinds, durable, memory_jobs)
                 runs = []

@@ -8,8 +8,10 @@ entries). The metrics endpoint (haqueue/server/metrics.py) reads these at
 scrape time; nothing here knows about Prometheus.
 
 It also writes the one-line event logs for these moments (leadership won or
-lost with the term, snapshot taken, an fsync slower than a threshold), so an
-operator reading the log sees the same events the metrics count.
+lost with the term, snapshot taken and restored, a follower caught up, an
+fsync slower than a threshold), so an operator reading the log sees the same
+events the metrics count. Each carries its facts as `extra={"fields": ...}`
+for the JSON-lines log format (haqueue/logs.py).
 
 Everything here is cheap on the hot path (a bisect and a few increments under
 a lock) and safe to call from the Raft tick thread and the journal's sync
@@ -19,9 +21,14 @@ worker while the server's thread reads.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
+import os
 import threading
 import time
+from typing import Iterator
+
+from haqueue.progress import Progress, elapsed
 
 log = logging.getLogger("haqueue.events")
 
@@ -35,6 +42,11 @@ SLOW_FSYNC_SECONDS = 0.1
 SLOW_FSYNC_LOG_INTERVAL = 5.0
 # Commit-index samples kept for lag in seconds: one per tick at most (~50/s), ~10 minutes.
 COMMIT_SAMPLES = 30000
+
+# A follower this far behind (its oldest missing entry's age) is "behind";
+# catching up from there is logged. Checked twice a second.
+FOLLOWER_BEHIND_SECONDS = 1.0
+FOLLOWER_CHECK_PERIOD = 0.5
 
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2  # pysyncobj's _RAFT_STATE
 
@@ -91,7 +103,8 @@ class FsyncTimer:
             if now - self._last_slow_log >= SLOW_FSYNC_LOG_INTERVAL:
                 self._last_slow_log = now
                 log.warning("slow fsync: %.1f ms on %s (threshold %.0f ms)",
-                            seconds * 1000, path, self.slow_seconds * 1000)
+                            seconds * 1000, path, self.slow_seconds * 1000,
+                            extra={"fields": {"event": "slow_fsync", "seconds": round(seconds, 4), "path": path}})
 
 
 class RaftObservations:
@@ -110,6 +123,8 @@ class RaftObservations:
         self._commit_index: list[int] = []
         self._commit_time: list[float] = []
         self._lock = threading.Lock()
+        self._behind_since: dict[str, float] = {}  # follower -> when it fell behind
+        self._next_follower_check = float("-inf")
 
     # -- leadership ----------------------------------------------------------
     def role_changed(self, old: int, new: int, term: int) -> None:
@@ -118,9 +133,9 @@ class RaftObservations:
         elif old == CANDIDATE and new == FOLLOWER:
             self.elections_lost += 1
         if new == LEADER:
-            log.info("leadership won: term %d", term)
+            log.info("leadership won: term %d", term, extra={"fields": {"event": "leadership_won", "term": term}})
         elif old == LEADER:
-            log.info("leadership lost: term %d", term)
+            log.info("leadership lost: term %d", term, extra={"fields": {"event": "leadership_lost", "term": term}})
 
     # -- snapshots -------------------------------------------------------------
     def snapshot_started(self) -> None:
@@ -128,15 +143,56 @@ class RaftObservations:
 
     def snapshot_finished(self, ok: bool, size: int | None) -> None:
         started, self._snapshot_started = self._snapshot_started, None
-        elapsed = time.monotonic() - started if started is not None else None
+        took = time.monotonic() - started if started is not None else None
         if not ok:
             self.snapshot_failures += 1
             return
         self.snapshots += 1
-        self.last_snapshot_seconds = elapsed
+        self.last_snapshot_seconds = took
         self.last_snapshot_bytes = size
         log.info("snapshot taken: %s bytes in %s", size if size is not None else "?",
-                 f"{elapsed:.3f} s" if elapsed is not None else "?")
+                 f"{took:.3f} s" if took is not None else "?",
+                 extra={"fields": {"event": "snapshot_taken", "bytes": size,
+                                   "seconds": round(took, 3) if took is not None else None}})
+
+    # -- followers falling behind and catching up -------------------------------------
+    def note_followers(self, matches: dict[str, int], now: float) -> None:
+        """On the leader, every tick: log when a follower that fell behind has caught up.
+
+        A follower counts as behind once the oldest entry it lacks is older
+        than FOLLOWER_BEHIND_SECONDS; it has caught up when it lacks nothing.
+        """
+        if now < self._next_follower_check:
+            return
+        self._next_follower_check = now + FOLLOWER_CHECK_PERIOD
+        for peer, match in matches.items():
+            lag = self.lag_seconds(match, now)
+            since = self._behind_since.get(peer)
+            if since is None and lag >= FOLLOWER_BEHIND_SECONDS:
+                self._behind_since[peer] = now - lag
+            elif since is not None and lag == 0.0:
+                del self._behind_since[peer]
+                log.info("follower caught up: %s after %.1f s behind", peer, now - since,
+                         extra={"fields": {"event": "follower_caught_up", "peer": peer,
+                                           "seconds_behind": round(now - since, 3)}})
+
+    # -- restoring a snapshot on start ---------------------------------------------
+    @contextlib.contextmanager
+    def restoring(self, path: str) -> Iterator[None]:
+        """Log a snapshot's restore (size, then time taken); a ticking line on a terminal."""
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
+        megabytes = f"{size / 1e6:.1f} MB" if size is not None else "? MB"
+        log.info("restoring snapshot: %s from %s", megabytes, path,
+                 extra={"fields": {"event": "snapshot_restore_started", "bytes": size}})
+        started = time.monotonic()
+        with Progress().ticking(lambda: f"restoring snapshot ({megabytes}): {elapsed(started)}"):
+            yield
+        seconds = time.monotonic() - started
+        log.info("snapshot restored: %s in %.3f s", megabytes, seconds,
+                 extra={"fields": {"event": "snapshot_restored", "bytes": size, "seconds": round(seconds, 3)}})
 
     # -- commit times, for lag in seconds ---------------------------------------
     def note_commit(self, commit_index: int, now: float) -> None:

@@ -426,6 +426,8 @@ class ReplicatedQueue(SyncObj):
                 self.doTick(0.02)
                 now = time.monotonic()
                 self.observations.note_commit(self.raftCommitIndex, now)
+                if self._isLeader():
+                    self.observations.note_followers(self.peer_match_indexes(), now)
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
                     self.transport.keep_alive()
@@ -626,11 +628,12 @@ class ReplicatedQueue(SyncObj):
         return SERIALIZER_STATE.FAILED
 
     def _read_snapshot(self, path: str):
-        with open(path, "rb") as f:
-            magic, records, raft_data = pickle.loads(f.read())
-        if magic != SNAPSHOT_MAGIC:
-            raise ValueError(f"{path}: not a haqueue snapshot")
-        state = QueueState.from_records(records)
+        with self.observations.restoring(path):
+            with open(path, "rb") as f:
+                magic, records, raft_data = pickle.loads(f.read())
+            if magic != SNAPSHOT_MAGIC:
+                raise ValueError(f"{path}: not a haqueue snapshot")
+            state = QueueState.from_records(records)
         with self.state_lock:
             self.state = state
         return raft_data

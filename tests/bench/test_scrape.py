@@ -6,6 +6,7 @@ benchmarks (docs/benchmarks.md), not in unit tests.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -28,3 +29,16 @@ def test_bench_scrape_option_prints_one_line():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("metrics scrape: 20 tubes,")
     assert "ms per scrape" in done.stdout
+
+
+def test_on_a_terminal_bench_shows_a_per_second_line_then_the_result(tmp_path):
+    from tests.support.terminal import require_tmux, running_tmux
+
+    require_tmux()
+    argv = [sys.executable, "-m", "haqueue", "bench", "--scrape", "2000"]
+    # `sleep` keeps the pane (and the result) on screen after bench exits.
+    with running_tmux(tmp_path / "tmux", ["sh", "-c", shlex.join(argv) + "; sleep 60"]) as term:
+        term.wait_for(lambda s: "bench --scrape: 0:0" in s, timeout=60, what="progress line")
+        screen = term.wait_for(lambda s: "metrics scrape: 2,000 tubes" in s, timeout=120, what="result")
+    # The progress line was cleared, not left above the result.
+    assert "elapsed" not in screen
