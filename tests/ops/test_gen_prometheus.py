@@ -9,12 +9,10 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from haqueue import admin_client
 from haqueue.cli.main import main
-from tests.support.tools import binary
 from tests.support.servers import free_port, start_haqueue
+from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples/vagrant-cluster.toml"
@@ -23,10 +21,7 @@ SERIES = re.compile(r"\b((?:haqueue|beanstalkd|process)_[a-z0-9_]+)")
 
 
 def promtool() -> str:
-    found = binary("promtool")
-    if found is None:
-        pytest.skip("promtool is not installed (apt-get install prometheus; scripts/setup does)")
-    return found
+    return require("promtool")
 
 
 def generate(tmp_path: Path) -> Path:

@@ -22,9 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-import pytest
-
-from tests.support.tools import binary
+from tests.support.tools import require, stop
 
 START_TIMEOUT = 30.0
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -33,10 +31,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 
 
 def require_chromium() -> str:
-    found = binary("chromium")
-    if found is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; scripts/setup does)")
-    return found
+    return require("chromium")
 
 
 class Page:
@@ -128,10 +123,4 @@ def running_chromium(url: str, workdir: Path, size: tuple[int, int] = (1200, 800
     finally:
         if page is not None:
             page.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop(proc)

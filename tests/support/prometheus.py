@@ -20,19 +20,14 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-import pytest
-
 from tests.support.servers import HOST, free_port
-from tests.support.tools import binary
+from tests.support.tools import require, stop
 
 READY_TIMEOUT = 30.0
 
 
 def require_prometheus() -> str:
-    found = binary("prometheus")
-    if found is None:
-        pytest.skip("prometheus is not installed (apt-get install prometheus; scripts/setup does)")
-    return found
+    return require("prometheus")
 
 
 def scrape_config(jobs: dict[str, list[tuple[str, dict]]], interval: str = "250ms") -> str:
@@ -118,10 +113,4 @@ def running_prometheus(workdir: Path, jobs: dict[str, list[tuple[str, dict]]]) -
             time.sleep(0.1)  # polling readiness, bounded by the deadline
         yield prometheus
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop(proc)

@@ -17,16 +17,11 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import pytest
-
-from tests.support.tools import binary
+from tests.support.tools import require
 
 
 def require_tmux() -> str:
-    found = binary("tmux")
-    if found is None:
-        pytest.skip("tmux is not installed (apt-get install tmux; scripts/setup does)")
-    return found
+    return require("tmux")
 
 
 class Terminal:
