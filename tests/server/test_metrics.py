@@ -146,3 +146,16 @@ def test_cluster_view_of_a_lone_node_and_the_page_it_serves():
     assert tubes["jobs"]["ready"] == 1 and tubes["jobs"]["total_jobs"] == 1
     assert code == 200 and page.startswith(b"<!doctype html>")
     assert b"http://" not in page and b"https://" not in page  # no external assets
+
+
+@pytest.mark.parametrize("address, held", [("127.0.0.1", True), ("198.18.255.254", False)])
+def test_vip_watch_reads_the_hosts_addresses_in_the_background(address, held):
+    from haqueue.server.metrics import VipWatch
+
+    watch = VipWatch(address)
+    assert watch.current() is None  # the first answer comes from a thread
+    deadline = time.monotonic() + 10
+    while watch.current() is None:
+        assert time.monotonic() < deadline, "no answer from the VIP check"
+        time.sleep(0.02)  # polling for the thread's answer, bounded by the deadline
+    assert watch.current() is held
