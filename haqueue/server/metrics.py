@@ -268,17 +268,19 @@ class NodeCollector:
              "1 while the leader has heard a majority recently enough to answer reads locally."),
         ):
             yield GaugeMetricFamily(name, help_, value=value)
+        # Peers by their id in the cluster file when known (else their Raft address).
+        names = {raft: node_id for node_id, _, _, raft in server.options.members}
         up = GaugeMetricFamily("haqueue_raft_peer_up", "1 while the Raft link to the peer is up.", labels=["peer"])
         for peer, connected in sorted(node.peers_connected().items()):
-            up.add_metric([peer], int(connected))
+            up.add_metric([names.get(peer, peer)], int(connected))
         yield up
         lag = GaugeMetricFamily("haqueue_raft_follower_lag_entries", "On the leader: committed entries the "
                                 "follower has not acknowledged.", labels=["peer"])
         lag_seconds = GaugeMetricFamily("haqueue_raft_follower_lag_seconds", "On the leader: how long ago the "
                                         "oldest entry the follower lacks was committed.", labels=["peer"])
         for peer, behind in server.follower_lag().items():
-            lag.add_metric([peer], behind["entries"])
-            lag_seconds.add_metric([peer], behind["seconds"])
+            lag.add_metric([names.get(peer, peer)], behind["entries"])
+            lag_seconds.add_metric([names.get(peer, peer)], behind["seconds"])
         yield lag
         yield lag_seconds
         seen = node.observations

@@ -32,6 +32,9 @@ def test_prometheus_finds_exactly_one_leader_before_and_after_the_leader_is_kill
         lag = prometheus.wait_for(f'haqueue_raft_follower_lag_entries{{node="{first.id}"}}',
                                   lambda r: len(r) == 2, what="leader reports two followers")
         assert all(float(r["value"][1]) >= 0 for r in lag)
+        # Peers are named by their ids in the cluster file.
+        assert sorted(r["metric"]["peer"] for r in lag) == sorted(
+            m.id for m in cluster.spec.nodes if m.id != first.id)
         # The loopback cluster's VIP (127.0.0.100) is on no interface: no node holds it.
         prometheus.wait_for("haqueue_vip_held == 0", lambda r: len(r) == 3, what="VIP held by none")
 
