@@ -111,6 +111,11 @@ def bench(
     if scrape_tubes is not None:
         from haqueue.bench.scrape import bench_scrape
 
+        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
+                                  ("--memory", memory_jobs), ("--json", json_path)) if on]
+        if others:
+            raise click.ClickException(f"--scrape starts its own node: it excludes {' and '.join(others)}")
+
         try:
             progress, started = Progress(), time.monotonic()
             with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --scrape: {elapsed(started)} elapsed"):

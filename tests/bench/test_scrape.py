@@ -31,6 +31,13 @@ def test_bench_scrape_option_prints_one_line():
     assert "ms per scrape" in done.stdout
 
 
+def test_bench_scrape_refuses_options_it_would_ignore():
+    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "--scrape", "20", "--compare"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "haqueue: --scrape starts its own node: it excludes --compare"
+
+
 def test_on_a_terminal_bench_shows_a_per_second_line_then_the_result(tmp_path):
     from tests.support.terminal import require_tmux, running_tmux
 
