@@ -27,6 +27,7 @@ from tests.support.tools import require, stop
 START_TIMEOUT = 30.0
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+         "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
          "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0")
 
 
