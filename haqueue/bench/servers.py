@@ -77,8 +77,8 @@ def free_port(host: str = HOST) -> int:
 
 
 @contextmanager
-def started(kind: str, durable: bool = False) -> Iterator[Server]:
-    """Run one server of `kind` for the duration of the block."""
+def started(kind: str, durable: bool = False, extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
+    """Run one server of `kind` for the duration of the block (`extra_args` appended to its command)."""
     workdir = tempfile.mkdtemp(prefix=f"haqueue-bench-{kind}-")
     proc: subprocess.Popen | None = None
     try:
@@ -91,7 +91,7 @@ def started(kind: str, durable: bool = False) -> Iterator[Server]:
             port = free_port()
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    server_command(kind, port, data_dir),
+                    server_command(kind, port, data_dir) + list(extra_args),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import click
@@ -24,6 +25,7 @@ from haqueue.bench.compare import (
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
 from haqueue.bench.report import format_memory, format_runs, to_json
+from haqueue.progress import Progress, elapsed
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -71,6 +73,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
 @click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
+@click.option("--scrape", "scrape_tubes", type=click.IntRange(min=1), default=None, metavar="TUBES",
+              help="Metrics benchmark: start a haqueue node with TUBES tubes, scrape /metrics "
+                   "repeatedly, report the node's CPU per scrape.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -96,12 +101,29 @@ def bench(
     compare_with: str,
     durable: bool,
     memory_jobs: int | None,
+    scrape_tubes: int | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
     Every reply is checked; the first unexpected one ends the run with an error.
     """
+    if scrape_tubes is not None:
+        from haqueue.bench.scrape import bench_scrape
+
+        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
+                                  ("--memory", memory_jobs), ("--json", json_path)) if on]
+        if others:
+            raise click.ClickException(f"--scrape starts its own node: it excludes {' and '.join(others)}")
+
+        try:
+            progress, started = Progress(), time.monotonic()
+            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --scrape: {elapsed(started)} elapsed"):
+                result = bench_scrape(scrape_tubes)
+            click.echo(result.describe())
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
     chosen = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster)) if on]
     compare_cluster = compare and cluster is not None
     if compare_cluster:
@@ -149,7 +171,10 @@ def bench(
             timeout=timeout,
         )
         spec.validate()
-        with _sigterm_as_interrupt():
+        # A per-second line on a terminal (quiet when piped): runs take seconds to minutes.
+        progress = Progress()
+        started = time.monotonic()
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench: {elapsed(started)} elapsed"):
             if memory_jobs:
                 memory = measure_memory(spec, kinds, durable, memory_jobs)
                 runs = []

@@ -74,5 +74,10 @@ def render_table(rows: list[dict], digest: bool = False) -> str:
         if digest:
             line.append((r.get("digest") or "-")[:16])
         lines.append(line)
-    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines)
+    return "\n".join(align(lines))
+
+
+def align(rows: list[list]) -> list[str]:
+    """Rows of cells as text lines, each column left-aligned to its widest cell."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]

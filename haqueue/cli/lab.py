@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 
+import time
+
 import click
 
 from haqueue.cli.main import HaqueueError
@@ -122,6 +124,7 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | 
     """
     from haqueue.lab.chaos import CHOICES, format_report, run_chaos, unknown
     from haqueue.lab.lab import LabError
+    from haqueue.progress import Progress, elapsed
 
     bad = unknown(scenario)
     if bad:
@@ -130,7 +133,11 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | 
     if not the_lab.is_up:
         raise HaqueueError(f"no lab is up in {directory}; run `haqueue lab up` first")
     try:
-        report = run_chaos(the_lab, scenario, runs, seed, progress=lambda m: click.echo(m, err=True))
+        # Per-fault lines on a terminal; quiet in pipes and CI (the report says it all).
+        progress = Progress()
+        started = time.monotonic()
+        with progress.ticking(lambda: f"chaos {scenario}: {elapsed(started)} elapsed"):
+            report = run_chaos(the_lab, scenario, runs, seed, progress=progress.line)
     except LabError as exc:
         raise HaqueueError(f"chaos: {exc}") from None
     click.echo(format_report(report))

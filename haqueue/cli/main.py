@@ -66,6 +66,7 @@ class LazyGroup(click.Group):
         "serve": "haqueue.cli.serve:serve",
         "up": "haqueue.cli.up:up",
         "cluster": "haqueue.cli.cluster:cluster",
+        "top": "haqueue.cli.top:top",
         "node": "haqueue.cli.node:node",
         "bench": "haqueue.cli.bench:bench",
         "ops": "haqueue.cli.ops:ops",

@@ -173,6 +173,25 @@ def gen_systemd(ctx: click.Context, config_path: str, output: str, node_id: str 
     emit(systemd.render(cluster, node_id, made_by(ctx)), output)
 
 
+@ops.command("gen-prometheus")
+@config_option
+@output_option
+@click.pass_context
+@one_line_errors(ClusterFileError)
+def gen_prometheus(ctx: click.Context, config_path: str, output: str) -> None:
+    """Render a Prometheus scrape config and alert rules.
+
+    prometheus-haqueue.yml scrapes every node's /metrics (admin port) with
+    cluster and node labels; haqueue-alerts.yml alerts on no leader, two
+    leaders, a node down, follower lag, fsync p99, disk space and internal
+    errors. Check them with `promtool check config` / `check rules`.
+    """
+    from haqueue.ops import prometheus
+
+    cluster = load(config_path)
+    emit(prometheus.render(cluster, made_by(ctx)), output)
+
+
 # -- the other half of the group: gen-sysctl, gen-bonding, check ------------
 # Written in parallel in haqueue/cli/ops_host.py; skipped only while that
 # module does not exist yet (any other import problem is a real bug and raises).

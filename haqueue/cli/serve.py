@@ -19,11 +19,9 @@ activation (LISTEN_FDS/LISTEN_PID) is used instead of -l/-p (single node only).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import pwd
 import socket
-import sys
 
 import click
 
@@ -109,9 +107,10 @@ def _drop_privileges(user: str) -> None:
               help="Cluster file (TOML): run as one node of that cluster.")
 @click.option("--node", "node_id", default=None, help="This node's id in the cluster file.")
 @click.option("--admin", "admin", default=None, metavar="HOST:PORT",
-              help="Serve the HTTP admin endpoint (/health /leader /status) here.")
+              help="Serve the HTTP admin endpoint (/, /metrics, /health, /leader, /status) here.")
+@click.option("--log-json", is_flag=True, help="Log one JSON object per line (ts, level, msg, event fields).")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
-          verbose, show_version, config_path, node_id, admin) -> None:
+          verbose, show_version, config_path, node_id, admin, log_json) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -119,11 +118,9 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
     from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
     from haqueue.server.app import Listen, NodeOptions, QueueServer
 
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(verbose, 2),
-        format="haqueue[%(process)d] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from haqueue import logs
+
+    logs.configure(verbose, json_lines=log_json)
     policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
     if (config_path is None) != (node_id is None):
         raise click.UsageError("--config and --node go together")
@@ -215,4 +212,6 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         max_job_size=max_job_size,
         admin=(me.address, me.admin_port),
         name=f"{cluster.name}/{me.id}",
+        members=[(n.id, n.address, n.admin_port, n.raft_endpoint) for n in cluster.nodes],
+        node_id=me.id,
     )

@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from pysyncobj.journal import Journal
 
 from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.observed import FsyncTimer
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class DurableJournal(Journal):
         self.last_sync = time.monotonic()
         self.syncs = 0
         self.records_written = 0
+        self.fsync_timer = FsyncTimer()  # latency histogram and slow-fsync log (observed.py)
         # Background sync: the worker syncs up to `_sync_target` (a file offset)
         # and then raises `synced_end` to it; both guarded by `_sync_state`.
         self._sync_state = threading.Condition()
@@ -255,10 +257,15 @@ class DurableJournal(Journal):
         if self.dirty:
             target = self.end
             with self._io("fdatasync"):
-                os.fdatasync(self.fd)
+                self._fdatasync(self.fd)
             self.syncs += 1
             self.synced_end = max(self.synced_end, target)
         self.last_sync = time.monotonic()
+
+    def _fdatasync(self, fd: int) -> None:
+        started = time.monotonic()
+        os.fdatasync(fd)
+        self.fsync_timer.observe(time.monotonic() - started, self.path)
 
     def end_of_index(self, idx: int) -> int:
         """The file offset just past Raft entry `idx` (the end, if unknown)."""
@@ -296,7 +303,7 @@ class DurableJournal(Journal):
             try:
                 # The fd stays open meanwhile: whatever would close or cut the
                 # file waits for _sync_target to clear (_wait_for_background).
-                os.fdatasync(fd)
+                self._fdatasync(fd)
             except OSError as exc:
                 error = exc
             with state:

@@ -114,6 +114,7 @@ from haqueue.replication import append_guard, snapshot, wire
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.journal import DurableJournal, JournalError, write_atomically
 from haqueue.replication.snapshot import SnapshotError
+from haqueue.replication.observed import RaftObservations
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +390,7 @@ class ReplicatedQueue(SyncObj):
         self.on_fatal = on_fatal
         self.fatal_error: str | None = None
         self.snapshots_written = 0
+        self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
         self._snapshot_pid = 0
         self.journal_limit = journal_limit
         self._stopping = threading.Event()
@@ -517,6 +519,9 @@ class ReplicatedQueue(SyncObj):
             try:
                 self.doTick(0.02)
                 now = time.monotonic()
+                self.observations.note_commit(self.raftCommitIndex, now)
+                if self._isLeader():
+                    self.observations.note_followers(self.peer_match_indexes(), now)
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
                     self.transport.keep_alive()
@@ -661,6 +666,7 @@ class ReplicatedQueue(SyncObj):
     def _state_changed(self, old: int, new: int) -> None:
         if self.transport is not None:
             self.transport.reset_lease()
+        self.observations.role_changed(old, new, self.raftCurrentTerm)
         if self.on_role_change is not None:
             self.on_role_change(ROLE_NAMES.get(new, str(new)))
 
@@ -669,6 +675,17 @@ class ReplicatedQueue(SyncObj):
         if self._isLeader():
             return "leader"
         return "follower" if self._getLeader() is not None else "candidate"
+
+    def peer_match_indexes(self) -> dict[str, int]:
+        """On the leader: each follower's highest replicated index, by Raft address."""
+        if not self._isLeader():
+            return {}
+        return {node.address: index for node, index in list(self._SyncObj__raftMatchIndex.items())}
+
+    def peers_connected(self) -> dict[str, bool]:
+        """Each peer's Raft address, and whether its link is up."""
+        up = self.transport.peers_up if self.transport is not None else set()
+        return {node.address: node in up for node in self._SyncObj__otherNodes}
 
     def status(self) -> dict:
         status = self.getStatus()
@@ -690,7 +707,8 @@ class ReplicatedQueue(SyncObj):
         pysyncobj loads it at the first tick; _read_snapshot hands it this copy."""
         if not os.path.isfile(self.dump_path):
             return
-        state, raft_data = snapshot.read(self.dump_path)
+        with self.observations.restoring(self.dump_path):
+            state, raft_data = snapshot.read(self.dump_path)
         if self.journal is not None:
             snapshot.align_journal(self.journal, raft_data)
         self._preloaded = (state, raft_data)
@@ -700,6 +718,7 @@ class ReplicatedQueue(SyncObj):
         # that of the last applied entry. pysyncobj will then try to rename its
         # own temporary file over the dump; that file never exists, the rename
         # fails harmlessly, and serializeChecker (ours) reports the truth.
+        self.observations.snapshot_started()
         pid = os.fork()
         if pid == 0:  # the child: no threads, no locks; write and leave
             code = 1
@@ -730,30 +749,40 @@ class ReplicatedQueue(SyncObj):
         self._snapshot_pid = 0
         if os.waitstatus_to_exitcode(status) == 0:
             self.snapshots_written += 1
+            self.observations.snapshot_finished(True, _file_size(self.dump_path))
             return SERIALIZER_STATE.SUCCESS
+        self.observations.snapshot_finished(False, None)
         log.warning("snapshot writer failed with status %s", status)
         return SERIALIZER_STATE.FAILED
 
     def _read_snapshot(self, path: str):
         preloaded, self._preloaded = self._preloaded, None
         if preloaded is not None:
-            state, raft_data = preloaded
+            state, raft_data = preloaded  # read, and its restore logged, at start-up
         else:
             # A snapshot the leader sent: pysyncobj wrote it without fsync and
             # clears the journal next (synced). Put the snapshot on disk first.
-            try:
-                if not self.policy.never:
-                    snapshot.sync_file(path)
-                state, raft_data = snapshot.read(path)
-            except OSError as exc:
-                self._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
-                raise
-            except SnapshotError as exc:
-                self._fatal(str(exc))
-                raise
+            with self.observations.restoring(path):
+                try:
+                    if not self.policy.never:
+                        snapshot.sync_file(path)
+                    state, raft_data = snapshot.read(path)
+                except OSError as exc:
+                    self._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
+                    raise
+                except SnapshotError as exc:
+                    self._fatal(str(exc))
+                    raise
         with self.state_lock:
             self.state = state
         return raft_data
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 FAIL_SUCCESS = FAIL_REASON.SUCCESS

@@ -1,11 +1,14 @@
 """The per-node HTTP admin endpoint, for load balancers, keepalived and monitoring.
 
+GET /        the status page (status_page.py): the cluster in a browser, live
+GET /cluster JSON: the cluster as this node sees it, for the page and `haqueue top`
 GET /health  200 while the node runs (any role)
 GET /leader  200 only on the leader that is serving clients, else 503 — the
              same answer as `haqueue node is-leader` (design.md I3), so
              keepalived and LVS route to the leader alone
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (design.md I2)
+GET /metrics the Prometheus text format (metrics.py): every node, followers too
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
              objects found among them by a full pass, which stops the node
@@ -34,6 +37,7 @@ class AdminServer:
         self.host = host
         self.port = port
         self._listener: asyncio.AbstractServer | None = None
+        self._metrics = None  # made on the first scrape: prometheus-client loads only if asked
 
     async def start(self) -> None:
         self._listener = await asyncio.start_server(
@@ -45,9 +49,14 @@ class AdminServer:
             self._listener.close()
             await self._listener.wait_closed()
 
-    def answer(self, path: str) -> tuple[int, str, bytes]:
+    def answer(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+        """(status, content type, body); a long body may come as a list of chunks."""
         node_server = self.server
         route, _, query = path.partition("?")
+        if route == "/":
+            from haqueue.server.status_page import page
+
+            return 200, "text/html; charset=utf-8", page()
         if route == "/health":
             return 200, "text/plain", b"ok\n"
         if route == "/leader":
@@ -61,6 +70,14 @@ class AdminServer:
                     status["digest"] = node_server.state.digest()
                     status["jobs"] = len(node_server.state.jobs)
             return 200, "application/json", json.dumps(status, sort_keys=True).encode() + b"\n"
+        if route == "/metrics":
+            if self._metrics is None:
+                from haqueue.server.metrics import Metrics
+
+                self._metrics = Metrics(node_server)
+            from haqueue.server.metrics import CONTENT_TYPE
+
+            return 200, CONTENT_TYPE, self._metrics.exposition()
         if route == "/gc" and node_server.collector is not None:
             collector = node_server.collector
             report = {"freezes": collector.freezes, "longest_pause_ms": round(collector.longest_pause_ms, 3),
@@ -70,6 +87,15 @@ class AdminServer:
             return 200, "application/json", json.dumps(report, sort_keys=True).encode() + b"\n"
         return 404, "text/plain", b"not found\n"
 
+    async def answer_async(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+        """`answer`, and the routes that wait for other nodes (/cluster)."""
+        if path.partition("?")[0] == "/cluster" and self.server.node is not None:
+            from haqueue.server.status_page import cluster_view
+
+            view = await cluster_view(self.server)
+            return 200, "application/json", json.dumps(view, sort_keys=True).encode() + b"\n"
+        return self.answer(path)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2)
@@ -78,12 +104,13 @@ class AdminServer:
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
-                code, kind, body = self.answer(parts[1])
+                code, kind, body = await self.answer_async(parts[1])
             reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
-            writer.write(
-                f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-                f"Connection: close\r\n\r\n".encode() + (body if parts[0] == "GET" else b"")
-            )
+            chunks = body if isinstance(body, list) else [body]
+            length = sum(len(chunk) for chunk in chunks)
+            head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"
+                    f"Connection: close\r\n\r\n").encode()
+            writer.writelines([head, *chunks] if parts[0] == "GET" else [head])
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, UnicodeDecodeError):

@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass, field
 
 from haqueue.core import commands as C
@@ -109,6 +110,10 @@ class NodeOptions:
     admin: tuple[str, int] | None = None
     journal_limit: int | None = 10485760
     name: str = "haqueue"
+    # Every member of the cluster as (id, address, admin port, Raft endpoint),
+    # this node included, for the status page's cluster view (status_page.py).
+    members: list[tuple[str, str, int, str]] = field(default_factory=list)
+    node_id: str | None = None
 
 
 class QueueServer:
@@ -438,6 +443,9 @@ class QueueServer:
     def status(self) -> dict:
         """For the admin endpoint and `cluster status`."""
         raft = self.node.status() if self.node is not None else {}
+        lag = self.follower_lag()
+        if lag:
+            raft["follower_lag"] = lag
         return {
             "name": self.options.name,
             "serving": self.serving,
@@ -447,6 +455,16 @@ class QueueServer:
             "internal_errors": self.node.state.internal_errors if self.node is not None else 0,
             **raft,
         }
+
+    def follower_lag(self) -> dict[str, dict]:
+        """On the leader: each follower's lag in entries and seconds, by Raft address; else {}."""
+        node = self.node
+        if node is None:
+            return {}
+        matches = node.peer_match_indexes()
+        now, commit = time.monotonic(), node.raftCommitIndex
+        return {peer: {"entries": max(0, commit - match), "seconds": node.observations.lag_seconds(match, now)}
+                for peer, match in sorted(matches.items())}
 
 
 def _ignore(result) -> None:

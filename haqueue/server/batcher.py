@@ -88,6 +88,7 @@ class Batcher:
         else:
             self.entries_committed += 1
             self.commands_committed += n
+            self.node.observations.batch_commands.observe(n)
             for cont, result in zip(conts, results):
                 cont(result)
         self.on_applied()

@@ -1,0 +1,238 @@
+"""The cluster as one picture: GET / (a page for a browser) and GET /cluster (its data).
+
+GET /cluster  JSON: every member's status as this node sees it (its own, and
+              each peer's /status asked over HTTP with a short timeout), who
+              leads, each node's lag in entries (and, from the leader, in
+              seconds), and every tube's depth and counters from this node's
+              replicated state (followers hold the same). `haqueue top` reads
+              it too.
+GET /         The status page: one self-contained HTML document (inline CSS
+              and script, no external assets, so it works offline and behind
+              any firewall) that polls /cluster every second and redraws:
+              the leader, the nodes' table, and the tubes with their depth,
+              put rate and sparklines of ready depth and puts per second.
+
+Any node serves both, followers too: open the page on a follower and it
+keeps updating through a failover of the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from haqueue.server.batcher import wall_ms
+from haqueue.server.metrics import tube_rows
+
+PEER_TIMEOUT = 0.5
+# Columns of metrics.tube_rows the view shows, by name.
+TUBE_COLUMNS = {"urgent": 0, "ready": 1, "reserved": 2, "delayed": 3, "buried": 4, "waiting": 7,
+                "pause_time_left": 8, "total_jobs": 9, "deletes": 10}
+
+
+async def fetch_json(host: str, port: int, path: str, timeout: float = PEER_TIMEOUT) -> dict:
+    """GET a peer's admin endpoint without blocking the event loop; raises OSError/ValueError."""
+
+    async def get() -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            return await reader.read()
+        finally:
+            writer.close()
+
+    try:
+        raw = await asyncio.wait_for(get(), timeout)
+    except asyncio.TimeoutError:
+        raise OSError(f"{host}:{port} did not answer within {timeout:g} s") from None
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0]
+    if status_line.split()[1:2] != [b"200"]:
+        raise OSError(f"{host}:{port}{path}: {status_line!r}")
+    return json.loads(body)
+
+
+async def cluster_view(server) -> dict:
+    options = server.options
+    members = options.members or [(options.node_id or options.name, "", 0, options.raft_address)]
+    me = options.node_id or members[0][0]
+
+    async def one(member) -> dict:
+        node_id, host, port, raft = member
+        row = {"node": node_id, "raft": raft, "self": node_id == me}
+        if node_id == me:
+            row.update(reachable=True, **server.status())
+            return row
+        try:
+            row.update(reachable=True, **await fetch_json(host, port, "/status"))
+        except (OSError, ValueError):
+            row["reachable"] = False
+        return row
+
+    nodes = list(await asyncio.gather(*(one(m) for m in members)))
+    by_raft = {row["raft"]: row["node"] for row in nodes}
+    leader_commit = max((row.get("commit_index") or 0) for row in nodes)
+    serving = [row for row in nodes if row.get("reachable") and row.get("serving")]
+    for row in nodes:
+        if row.get("reachable"):
+            row["lag_entries"] = max(0, leader_commit - (row.get("applied_index") or 0))
+            row["leader_id"] = by_raft.get(row.get("leader"), row.get("leader"))
+    for leader in serving:
+        for raft, behind in (leader.get("follower_lag") or {}).items():
+            follower = next((r for r in nodes if r["raft"] == raft), None)
+            if follower is not None:
+                follower["lag_seconds"] = behind["seconds"]
+    names, columns = tube_rows(server)
+    tubes = [{"name": name, **{key: columns[slot][i] for key, slot in TUBE_COLUMNS.items()}}
+             for i, name in enumerate(names)]
+    return {
+        "cluster": options.name.split("/")[0],
+        "node": me,
+        "time_ms": wall_ms(),
+        "leader": serving[0]["node"] if len(serving) == 1 else None,
+        "serving": [row["node"] for row in serving],
+        "nodes": nodes,
+        "tubes": tubes,
+    }
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>haqueue</title>
+<style>
+  :root { color-scheme: light dark; --ok: #1a7f37; --bad: #cf222e; --dim: #6e7781; --line: #d0d7de; }
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; }
+  h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
+  .sub { color: var(--dim); margin-bottom: 1rem; }
+  .banner { font-size: 1.1rem; margin: .8rem 0; }
+  .banner b { padding: .1rem .5rem; border-radius: .3rem; background: var(--ok); color: white; }
+  .banner.none b { background: var(--bad); }
+  table { border-collapse: collapse; margin-bottom: 1.5rem; min-width: 40rem; }
+  th, td { text-align: right; padding: .25rem .7rem; border-bottom: 1px solid var(--line); }
+  th:first-child, td:first-child { text-align: left; }
+  th { font-weight: 600; color: var(--dim); }
+  tr.leader td:first-child::after { content: " \\2605"; color: var(--ok); }
+  tr.down td { color: var(--bad); }
+  td.spark { padding: 0 .5rem; }
+  svg polyline { fill: none; stroke-width: 1.5; }
+  .ready polyline { stroke: #0969da; } .rate polyline { stroke: #8250df; }
+  #error { color: var(--bad); }
+</style>
+</head>
+<body>
+<h1>haqueue <span id="cluster"></span></h1>
+<div class="sub">seen from node <span id="self"></span>, updated <span id="updated">never</span>
+  <span id="error"></span></div>
+<div class="banner" id="banner">leader: <b id="leader" data-leader="">?</b></div>
+<h2>Nodes</h2>
+<table id="nodes">
+  <thead><tr><th>node</th><th>reachable</th><th>role</th><th>serving</th><th>term</th><th>commit</th>
+    <th>applied</th><th>lag (entries)</th><th>lag (s)</th></tr></thead>
+  <tbody></tbody>
+</table>
+<h2>Tubes</h2>
+<table id="tubes">
+  <thead><tr><th>tube</th><th>ready</th><th>reserved</th><th>delayed</th><th>buried</th><th>waiting</th>
+    <th>puts/s</th><th>ready, last 2 min</th><th>puts/s, last 2 min</th></tr></thead>
+  <tbody></tbody>
+</table>
+<script>
+"use strict";
+const HISTORY = 120, PERIOD_MS = 1000;
+const history = new Map();  // tube -> {ready: [], rate: [], total: n, at: ms}
+
+function cell(row, text, cls) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function sparkline(values, cls) {
+  const w = 120, h = 22, max = Math.max(1, ...values);
+  // Newest on the right; a short history is drawn wider until 20 samples fill it.
+  const step = w / (Math.min(HISTORY, Math.max(20, values.length)) - 1);
+  const points = values.map((v, i) => `${(w - (values.length - 1 - i) * step).toFixed(1)},` +
+                                      `${(h - 1 - (v / max) * (h - 2)).toFixed(1)}`).join(" ");
+  return `<svg class="${cls}" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">` +
+         `<line x1="0" y1="${h - 1}" x2="${w}" y2="${h - 1}" stroke="currentColor" stroke-opacity=".15"/>` +
+         `<polyline points="${points}"/></svg>`;
+}
+
+function remember(tube, now) {
+  let seen = history.get(tube.name);
+  if (!seen) { seen = {ready: [], rate: [], total: tube.total_jobs, at: now}; history.set(tube.name, seen); }
+  const seconds = (now - seen.at) / 1000;
+  const rate = seconds > 0 ? Math.max(0, tube.total_jobs - seen.total) / seconds : 0;
+  seen.total = tube.total_jobs; seen.at = now;
+  seen.ready.push(tube.ready); seen.rate.push(rate);
+  if (seen.ready.length > HISTORY) { seen.ready.shift(); seen.rate.shift(); }
+  return rate;
+}
+
+function show(view) {
+  document.getElementById("cluster").textContent = view.cluster;
+  document.getElementById("self").textContent = view.node;
+  document.getElementById("updated").textContent = new Date(view.time_ms).toLocaleTimeString();
+  document.getElementById("error").textContent = "";
+  const leader = document.getElementById("leader");
+  leader.textContent = view.leader || (view.serving.length ? "several: " + view.serving.join(", ") : "none");
+  leader.dataset.leader = view.leader || "";
+  document.getElementById("banner").className = view.leader ? "banner" : "banner none";
+
+  const nodes = document.querySelector("#nodes tbody");
+  nodes.replaceChildren();
+  for (const n of view.nodes) {
+    const row = nodes.insertRow();
+    row.dataset.node = n.node;
+    row.dataset.role = n.reachable ? n.role : "unreachable";
+    row.className = !n.reachable ? "down" : (n.node === view.leader ? "leader" : "");
+    cell(row, n.node, "node");
+    cell(row, n.reachable ? "yes" : "no", "reachable");
+    cell(row, n.reachable ? n.role : "-", "role");
+    cell(row, n.reachable ? (n.serving ? "yes" : "no") : "-", "serving");
+    for (const key of ["term", "commit_index", "applied_index", "lag_entries"])
+      cell(row, n.reachable ? String(n[key] ?? "-") : "-", key);
+    cell(row, n.lag_seconds === undefined ? "-" : n.lag_seconds.toFixed(3), "lag_seconds");
+  }
+
+  const tubes = document.querySelector("#tubes tbody");
+  tubes.replaceChildren();
+  const now = view.time_ms;
+  for (const t of view.tubes) {
+    const rate = remember(t, now);
+    const row = tubes.insertRow();
+    row.dataset.tube = t.name;
+    cell(row, t.name, "name");
+    for (const key of ["ready", "reserved", "delayed", "buried", "waiting"]) cell(row, String(t[key]), key);
+    cell(row, rate.toFixed(1), "rate");
+    const seen = history.get(t.name);
+    cell(row, "", "spark").innerHTML = sparkline(seen.ready, "ready");
+    cell(row, "", "spark").innerHTML = sparkline(seen.rate, "rate");
+  }
+  document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+}
+
+async function poll() {
+  try {
+    const answer = await fetch("/cluster", {cache: "no-store"});
+    if (!answer.ok) throw new Error("HTTP " + answer.status);
+    show(await answer.json());
+  } catch (err) {
+    document.getElementById("error").textContent = "(this node does not answer: " + err.message + ")";
+  } finally {
+    setTimeout(poll, PERIOD_MS);
+  }
+}
+poll();
+</script>
+</body>
+</html>
+"""
+
+
+def page() -> bytes:
+    return PAGE.encode()
