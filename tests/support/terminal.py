@@ -33,7 +33,14 @@ class Terminal:
                               timeout=10, check=check)
 
     def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", self.session).stdout
+        """The visible text, or "(session ended)" once the program has exited."""
+        captured = self.run("capture-pane", "-p", "-t", self.session, check=False)
+        if captured.returncode != 0:
+            # The program may exit between a liveness check and the capture.
+            if not self.alive():
+                return "(session ended)"
+            captured.check_returncode()
+        return captured.stdout
 
     def send_keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", self.session, *keys)
@@ -45,7 +52,7 @@ class Terminal:
         deadline = time.monotonic() + timeout
         screen = ""
         while time.monotonic() < deadline:
-            screen = self.screen() if self.alive() else "(session ended)"
+            screen = self.screen()
             if condition(screen):
                 return screen
             time.sleep(0.1)  # polling the screen, bounded by the deadline
