@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass, field
+from functools import partial
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
@@ -123,6 +124,11 @@ class QueueServer:
         self.sessions: set[Session] = set()
         self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
         self.dirty: set[Session] = set()
+        # Closed connections whose reservations are being given back (DROP_CONN
+        # in flight), and the sessions whose next read waits for that: beanstalkd
+        # returns them at once, so no read that follows a close may miss it.
+        self.drops_pending: set[int] = set()
+        self.reads_after_drops: set[Session] = set()
         self.serving = False
         self.draining = False
         self.epoch = 0
@@ -220,6 +226,7 @@ class QueueServer:
         term = self.node.raftCurrentTerm
         self.epoch = term
         self.conn_serial = 0
+        self.drops_pending.clear()
         self.batcher = Batcher(self.node, self.loop, self._after_entry)
         barrier = self.loop.create_future()
         self.batcher.submit((C.RELEASE_ORPHANS, (), term),
@@ -313,6 +320,7 @@ class QueueServer:
             self.batcher.closed = True
             self.batcher.fail_pending()
         self.waiters.clear()
+        self.reads_after_drops.clear()
         if was_serving:
             log.info("stopped serving clients")
 
@@ -321,6 +329,7 @@ class QueueServer:
         self.sessions.discard(session)
         self.waiters.pop(session, None)
         self.dirty.discard(session)
+        self.reads_after_drops.discard(session)
         directory = self.directory
         directory.count_use(session.use, -1)
         self.unref_tube(session.use)
@@ -334,7 +343,18 @@ class QueueServer:
         if holds or session.in_flight or session.reserve_in_flight:
             # Log order follows submit order, so this lands after anything
             # the connection still had in flight.
-            self.batcher.submit((C.DROP_CONN, session.conn_id), _ignore)
+            self.drops_pending.add(session.conn_id)
+            self.batcher.submit((C.DROP_CONN, session.conn_id),
+                                partial(self._drop_done, session.conn_id))
+
+    def _drop_done(self, conn_id: int, result) -> None:
+        self.drops_pending.discard(conn_id)
+        if self.drops_pending or not self.reads_after_drops:
+            return
+        readers, self.reads_after_drops = self.reads_after_drops, set()
+        for session in readers:
+            session.pump()
+            self.dirty.add(session)
 
     def unref_tube(self, name: str) -> None:
         with self.state_lock:

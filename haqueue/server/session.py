@@ -163,6 +163,9 @@ class Session(asyncio.Protocol):
                 if self.in_flight:
                     self.blocked_on_writes = True
                     break
+                if self.server.drops_pending:
+                    self.server.reads_after_drops.add(self)  # pumped again when they are applied
+                    break
                 if not self.server.node.read_lease_valid():
                     # Possibly no longer the leader (just resumed, or cut off):
                     # hold the read until a majority is heard from again, or
