@@ -115,6 +115,8 @@ class Session(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        if self.parser.put_pending:
+            self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
         if self.lease_timer is not None:
             self.lease_timer.cancel()
