@@ -15,6 +15,11 @@ references are counted in the server's TubeDirectory.
 If an entry's outcome is unknown (leadership lost), the connection is closed
 without a reply: a reply must never claim success or failure for a change
 that may or may not be applied.
+
+End of input (the client half-closes) is handled as beanstalkd 1.12 does:
+every complete command read before it is still answered, in order; a reserve
+that would wait answers TIMED_OUT at once (protocol.txt); an incomplete
+command is dropped; then the connection closes.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ class Session(asyncio.Protocol):
         self.lease_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.quitting = False
+        self.half_closed = False  # the client sent FIN: answer what was read, then close
         self.paused_reading = False
         self.is_producer = False
         self.is_worker = False
@@ -109,7 +115,14 @@ class Session(asyncio.Protocol):
         self.flush()
 
     def eof_received(self):
-        return False  # close our side too, as beanstalkd does on read() == 0
+        # Keep our side open until every command read so far is answered;
+        # a reserve that is waiting now gives up (try_reserve).
+        self.half_closed = True
+        if self.reserving and not self.reserve_in_flight:
+            self.try_reserve()
+        self.pump()
+        self.flush()
+        return True
 
     def connection_lost(self, exc) -> None:
         if self.closed:
@@ -138,7 +151,13 @@ class Session(asyncio.Protocol):
         while slots and slots[0][0] is not None:
             out.append(slots.popleft()[0])
         self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if self.quitting and not slots:
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        """After quit, or after end of input once every command read is answered."""
+        if self.closed or self.slots:
+            return
+        if self.quitting or (self.half_closed and not self.queue and not self.reserving):
             self.transport.close()
 
     def _reply(self, data: bytes) -> None:
@@ -185,8 +204,7 @@ class Session(asyncio.Protocol):
         if self.paused_reading and len(queue) < MAX_QUEUED_COMMANDS // 2 and not self.closed:
             self.paused_reading = False
             self.transport.resume_reading()
-        if self.quitting and not self.slots and not self.closed:
-            self.transport.close()
+        self._close_if_done()
 
     LEASE_RECHECK_S = 0.01
 
@@ -398,7 +416,7 @@ class Session(asyncio.Protocol):
             server.stop_waiting(self)
             server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
             return True
-        if self.reserve_timed_out or (
+        if self.reserve_timed_out or self.half_closed or (
             self.reserve_deadline is not None and self.reserve_deadline <= server.loop.time()
         ):
             self._finish_reserve(P.TIMED_OUT)

@@ -19,6 +19,7 @@ Script format (tests/differential/scripts/*.txt), one directive per line:
                         about 1 run in 5 here); activity on that connection makes it fire.
     a< closed           expect the server to close a
     a~ close            close a from the client side
+    a~ half-close       shut down a's sending side (shutdown(SHUT_WR)); replies can still be read
     ~ waiting default 1 wait (bounded) until tube default has 1 connection waiting to reserve
 
 The connection name may be omitted (it is then "a"). In text: \\r \\n \\t \\0 \\\\ \\xHH
@@ -70,7 +71,7 @@ class Step:
     lineno: int
     source: str  # the script line, for transcripts
     conn: str
-    op: str  # send | recv | closed | close | waiting
+    op: str  # send | recv | closed | close | half-close | waiting
     data: bytes = b""
     count: int = 1
     timeout: float = DEFAULT_TIMEOUT
@@ -140,10 +141,13 @@ def parse_script(text: str, name: str = "<script>") -> Script:
             words = rest.split()
             if words == ["close"]:
                 step.op = "close"
+            elif words == ["half-close"]:
+                step.op = "half-close"
             elif len(words) == 3 and words[0] == "waiting" and words[2].isdigit():
                 step.op, step.tube, step.count = "waiting", words[1].encode(), int(words[2])
             else:
-                raise ScriptError(f"{name}:{lineno}: expected '~ close' or '~ waiting TUBE N'")
+                raise ScriptError(f"{name}:{lineno}: expected '~ close', '~ half-close' "
+                                  "or '~ waiting TUBE N'")
         script.steps.append(step)
     return script
 
@@ -318,6 +322,12 @@ class Run:
             if conn is not None:
                 conn.close()
             self.closed.discard(step.conn)
+        elif step.op == "half-close":
+            self._record(f"{step.conn}~ half-close")
+            try:
+                self._conn(step.conn).half_close()
+            except OSError as exc:
+                self._fail(step, f"half-close of {step.conn} failed: {exc}")
         elif step.op == "waiting":
             self._wait_waiting(step)
 
