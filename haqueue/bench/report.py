@@ -245,6 +245,19 @@ def format_memory(results: list[MemoryResult]) -> str:
     return "memory: resident set size of the server process, by PID\n" + _table(header, rows)
 
 
+def format_timers(results: list, headline: str) -> str:
+    """Timer lateness per server and kind (haqueue.bench.timers.TimerResult)."""
+    header = ["server", "timer", "count", "early", "min ms", "p50 ms", "p99 ms", "max ms"]
+    rows = []
+    for r in results:
+        for kind in (*r.samples, None):
+            s = r.summary(kind)
+            if s is not None:
+                rows.append([r.server or r.address, kind or "all", str(s["count"]), str(s["early"]),
+                             f"{s['min']:.2f}", f"{s['p50']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}"])
+    return headline + "\n" + _table(header, rows)
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 

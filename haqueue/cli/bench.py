@@ -23,7 +23,7 @@ from haqueue.bench.compare import (
 )
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
-from haqueue.bench.report import format_memory, format_runs, to_json
+from haqueue.bench.report import format_memory, format_runs, format_timers, to_json
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -71,6 +71,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
 @click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
+@click.option("--timers", "timer_count", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Timer benchmark: N timers (delay, time-to-run, DEADLINE_SOON, pause-tube, "
+                   "reserve-with-timeout); report how late they fire.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -96,6 +99,7 @@ def bench(
     compare_with: str,
     durable: bool,
     memory_jobs: int | None,
+    timer_count: int | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
@@ -120,6 +124,10 @@ def bench(
         )
     if memory_jobs and cluster:
         raise click.ClickException("--memory starts its own servers: use --server or --compare")
+    if timer_count and memory_jobs:
+        raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
+    if timer_count and compare_cluster:
+        raise click.ClickException("--timers takes --cluster or --compare, not both")
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
     if json_path is not None:
@@ -150,6 +158,12 @@ def bench(
         )
         spec.validate()
         with _sigterm_as_interrupt():
+            if timer_count:
+                results = measure_timers_on(spec, kinds, durable, cluster, timer_count)
+                click.echo(format_timers(results, _timers_headline(timer_count, durable if kinds else None)))
+                if json_path is not None:
+                    _write_timers_json(json_path, results, timer_count, durable)
+                return
             if memory_jobs:
                 memory = measure_memory(spec, kinds, durable, memory_jobs)
                 runs = []
@@ -173,6 +187,44 @@ def bench(
         raise click.ClickException(str(exc)) from None
     if json_path is not None:
         _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms)
+
+
+def measure_timers_on(spec: LoadSpec, kinds: list[str], durable: bool, cluster: str | None,
+                      count: int) -> list:
+    """The timer benchmark on each started server in turn, the cluster's leader, or the address."""
+    from haqueue.bench.cluster import find_leader
+    from haqueue.bench.servers import started
+    from haqueue.bench.timers import measure_timers
+
+    if kinds:
+        results = []
+        for kind in kinds:
+            with started(kind, durable) as server:
+                results.append(measure_timers(server.host, server.port, count, server=kind))
+        return results
+    if cluster:
+        leader, size = find_leader(cluster, spec.timeout)
+        return [measure_timers(leader.address, leader.client_port, count, server=f"haqueue {size}-node")]
+    return [measure_timers(spec.host, spec.port, count)]
+
+
+def _timers_headline(count: int, durable: bool | None) -> str:
+    from haqueue.bench.timers import DEFAULT_LANES
+
+    where = "" if durable is None else (", durable (-b DIR -f0)" if durable else ", in memory")
+    return (f"timers: {count:,} or more, {DEFAULT_LANES} lanes at most; lateness = reply time - "
+            f"command sent - asked time (early < 0){where}")
+
+
+def _write_timers_json(path: str, results: list, count: int, durable: bool) -> None:
+    import json
+
+    doc = {"settings": {"timers": count, "durable": durable}, "timers": [r.to_json() for r in results]}
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms=None) -> None:
