@@ -33,6 +33,7 @@ from haqueue.server.batcher import Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
+from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class QueueServer:
         self._vip_listener: asyncio.AbstractServer | None = None
         self._vip_retry: asyncio.TimerHandle | None = None
         self._leader_task: asyncio.Task | None = None
-        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_handle: PreciseTimer | None = None
         self._tick_at: int | None = None
         self._tick_in_flight = False
         self._stopped = asyncio.Event()
@@ -424,8 +425,7 @@ class QueueServer:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self._tick_at = deadline
-        delay = max(0.0, (deadline - wall_ms()) / 1000)
-        self._tick_handle = self.loop.call_later(delay, self._fire_tick)
+        self._tick_handle = PreciseTimer(self.loop, monotonic_at_wall_ms(deadline), self._fire_tick)
 
     def _fire_tick(self) -> None:
         self._tick_handle = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from functools import partial
 
@@ -36,6 +37,7 @@ from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
 from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
+from haqueue.server.timers import PreciseTimer, deadline_ms, monotonic_at_wall_ms
 from haqueue.server.tubes import DEFAULT_TUBE
 
 log = logging.getLogger(__name__)
@@ -74,9 +76,9 @@ class Session(asyncio.Protocol):
         self.blocked_on_writes = False
         self.reserving = False
         self.reserve_in_flight = False
-        self.reserve_deadline: float | None = None  # loop time
+        self.reserve_deadline: float | None = None  # time.monotonic()
         self.reserve_timed_out = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: PreciseTimer | None = None
         self.lease_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.quitting = False
@@ -246,14 +248,14 @@ class Session(asyncio.Protocol):
         if self.server.draining:
             self._reply(P.DRAINING)
             return
-        self._submit((C.PUT, self.use, pri, delay * 1000, ttr * 1000, body))
+        self._submit((C.PUT, self.use, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body))
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
 
     def _release(self, args) -> None:
         job_id, pri, delay = args
-        self._submit((C.RELEASE, self.conn_id, job_id, pri, delay * 1000))
+        self._submit((C.RELEASE, self.conn_id, job_id, pri, deadline_ms(delay)))
 
     def _bury(self, args) -> None:
         self._submit((C.BURY, self.conn_id, args[0], args[1]))
@@ -275,7 +277,7 @@ class Session(asyncio.Protocol):
         if not exists:
             self._reply(P.NOT_FOUND)
             return
-        self._submit((C.PAUSE_TUBE, name, delay * 1000))
+        self._submit((C.PAUSE_TUBE, name, deadline_ms(delay)))
 
     def _reserve_job(self, args) -> None:
         self._submit((C.RESERVE_JOB, self.conn_id, args[0]))
@@ -385,8 +387,7 @@ class Session(asyncio.Protocol):
         self.is_worker = True
         self.reserving = True
         self.reserve_timed_out = False
-        loop = self.server.loop
-        self.reserve_deadline = None if timeout is None else loop.time() + timeout
+        self.reserve_deadline = None if timeout is None else time.monotonic() + timeout
         self.try_reserve()
 
     def try_reserve(self) -> bool:
@@ -417,29 +418,28 @@ class Session(asyncio.Protocol):
             server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
             return True
         if self.reserve_timed_out or self.half_closed or (
-            self.reserve_deadline is not None and self.reserve_deadline <= server.loop.time()
+            self.reserve_deadline is not None and self.reserve_deadline <= time.monotonic()
         ):
             self._finish_reserve(P.TIMED_OUT)
             return False
         server.start_waiting(self)
-        self._arm_timer(soonest, now)
+        self._arm_timer(soonest)
         return False
 
-    def _arm_timer(self, soonest: int | None, now: int) -> None:
+    def _arm_timer(self, soonest: int | None) -> None:
         self._cancel_timer()
-        loop = self.server.loop
         wake = self.reserve_deadline
         if soonest is not None:
-            soon_at = loop.time() + max(0, soonest - SAFETY_MARGIN_MS - now) / 1000
+            soon_at = monotonic_at_wall_ms(soonest - SAFETY_MARGIN_MS)
             wake = soon_at if wake is None else min(wake, soon_at)
         if wake is not None:
-            self.timer = loop.call_at(wake, self._timer_fired)
+            self.timer = PreciseTimer(self.server.loop, wake, self._timer_fired)
 
     def _timer_fired(self) -> None:
         self.timer = None
         if not self.reserving or self.closed:
             return
-        if self.reserve_deadline is not None and self.reserve_deadline <= self.server.loop.time():
+        if self.reserve_deadline is not None and self.reserve_deadline <= time.monotonic():
             self.reserve_timed_out = True
         if not self.reserve_in_flight:
             self.try_reserve()
