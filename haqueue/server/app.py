@@ -398,24 +398,27 @@ class QueueServer:
         self._arm_tick(next_deadline)
 
     def _wake_waiters(self) -> None:
-        # Hand each ready job to at most one waiter: count what is claimed.
         now = wall_ms()
-        claimed: dict[str, int] = {}
         with self.state_lock:
             tubes = self.state.tubes
-            candidates = []
-            for session in list(self.waiters):
-                for name in session.watch:
-                    tube = tubes.get(name)
-                    if tube is None or tube.paused(now):
-                        continue
-                    if tube.ready_count > claimed.get(name, 0):
-                        claimed[name] = claimed.get(name, 0) + 1
-                        candidates.append(session)
-                        break
+            available = {name: tube.ready_count for name, tube in tubes.items()
+                         if tube.ready_count and not tube.paused(now)}
+            candidates = self._claim(available)
         for session in candidates:
             session.try_reserve()
             self.dirty.add(session)
+
+    def _claim(self, available: dict[str, int]) -> list[Session]:
+        """Waiting sessions, first come first served, at most one per available job."""
+        claimed: dict[str, int] = {}
+        candidates = []
+        for session in list(self.waiters):
+            for name in session.watch:
+                if available.get(name, 0) > claimed.get(name, 0):
+                    claimed[name] = claimed.get(name, 0) + 1
+                    candidates.append(session)
+                    break
+        return candidates
 
     def _arm_tick(self, deadline: int | None) -> None:
         if deadline is None or self._tick_in_flight:
@@ -438,6 +441,13 @@ class QueueServer:
             return
         self._tick_in_flight = True
         self.batcher.submit((C.TICK,), self._tick_done)
+        if self.waiters:
+            # Reserves for the jobs this TICK makes ready ride in its entry, after
+            # it: one commit between the deadline and the reply, not two.
+            with self.state_lock:
+                candidates = self._claim(self.state.ready_at(wall_ms()))
+            for session in candidates:
+                session.reserve_now()
 
     def _tick_done(self, result) -> None:
         self._tick_in_flight = False

@@ -400,9 +400,7 @@ class Session(asyncio.Protocol):
             # its next `reserve`) are not applied yet, so the local state
             # cannot tell. The log can: the reserve lands after them. If it
             # finds nothing, the answer comes back here with the state current.
-            self.reserve_in_flight = True
-            server.stop_waiting(self)
-            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            self._submit_reserve()
             return True
         now = wall_ms()
         with server.state_lock:
@@ -413,9 +411,7 @@ class Session(asyncio.Protocol):
             self._finish_reserve(P.DEADLINE_SOON)
             return False
         if ready:
-            self.reserve_in_flight = True
-            server.stop_waiting(self)
-            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            self._submit_reserve()
             return True
         if self.reserve_timed_out or self.half_closed or (
             self.reserve_deadline is not None and self.reserve_deadline <= time.monotonic()
@@ -425,6 +421,17 @@ class Session(asyncio.Protocol):
         server.start_waiting(self)
         self._arm_timer(soonest)
         return False
+
+    def reserve_now(self) -> None:
+        """Send this waiting reserve to the log now: an entry ahead of it makes a job ready.
+        If it finds none after all (another took it), it comes back and waits again."""
+        if self.reserving and not self.reserve_in_flight and not self.closed:
+            self._submit_reserve()
+
+    def _submit_reserve(self) -> None:
+        self.reserve_in_flight = True
+        self.server.stop_waiting(self)
+        self.server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
 
     def _arm_timer(self, soonest: int | None) -> None:
         self._cancel_timer()
