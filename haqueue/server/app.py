@@ -25,6 +25,7 @@ import signal
 import socket
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
@@ -56,7 +57,8 @@ class Listen:
 
     def describe(self) -> str:
         if self.sock is not None:
-            return f"inherited socket {self.sock.getsockname()}"
+            name = self.sock.getsockname()
+            return f"unix:{name}" if isinstance(name, str) else "{}:{}".format(*name[:2])
         if self.unix_path:
             return f"unix:{self.unix_path}"
         return f"{self.host}:{self.port}"
@@ -111,6 +113,8 @@ class NodeOptions:
     admin: tuple[str, int] | None = None
     journal_limit: int | None = 10485760
     name: str = "haqueue"
+    # Signals that arrived before run() handled signals (haqueue/cli/early.py): () -> [signum]
+    early_signals: Callable[[], list[int]] | None = None
 
 
 class QueueServer:
@@ -181,6 +185,12 @@ class QueueServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        if self.options.early_signals is not None:
+            for signum in self.options.early_signals():
+                if signum == signal.SIGUSR1:
+                    self._enter_drain_mode()
+                else:
+                    self.request_stop()
         if self.options.admin is not None:
             from haqueue.server.admin import AdminServer
 
