@@ -258,6 +258,20 @@ def format_timers(results: list, headline: str) -> str:
     return headline + "\n" + _table(header, rows)
 
 
+def format_startup(results: list, starts: int, durable: bool) -> str:
+    """Start-up times per server (haqueue.bench.startup.StartupResult)."""
+    header = ["server", "from exec to", "starts", "min ms", "p50 ms", "p90 ms", "max ms"]
+    rows = []
+    for r in results:
+        for which, label in (("listening", "listening"), ("answered", "put answered")):
+            s = r.summary(which)
+            rows.append([r.server, label, str(s["count"]), f"{s['min']:.1f}", f"{s['p50']:.1f}",
+                         f"{s['p90']:.1f}", f"{s['max']:.1f}"])
+    mode = "durable (-b DIR)" if durable else "in memory"
+    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms\n"
+            + _table(header, rows))
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 

@@ -23,7 +23,7 @@ from haqueue.bench.compare import (
 )
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
-from haqueue.bench.report import format_memory, format_runs, format_timers, to_json
+from haqueue.bench.report import format_memory, format_runs, format_startup, format_timers, to_json
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -74,6 +74,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--timers", "timer_count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Timer benchmark: N timers (delay, time-to-run, DEADLINE_SOON, pause-tube, "
                    "reserve-with-timeout); report how late they fire.")
+@click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Start-up benchmark: exec the started server(s) N times; report the time "
+                   "to listening and to the first put answered.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -100,6 +103,7 @@ def bench(
     durable: bool,
     memory_jobs: int | None,
     timer_count: int | None,
+    startup_count: int | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
@@ -124,6 +128,9 @@ def bench(
         )
     if memory_jobs and cluster:
         raise click.ClickException("--memory starts its own servers: use --server or --compare")
+    if startup_count and (timer_count or memory_jobs or cluster or not kinds):
+        raise click.ClickException("--startup starts its own servers: use it with --server or "
+                                   "--compare alone")
     if timer_count and memory_jobs:
         raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
     if timer_count and compare_cluster:
@@ -158,11 +165,21 @@ def bench(
         )
         spec.validate()
         with _sigterm_as_interrupt():
+            if startup_count:
+                from haqueue.bench.startup import measure_startup
+
+                started_runs = measure_startup(kinds, startup_count, durable)
+                click.echo(format_startup(started_runs, startup_count, durable))
+                if json_path is not None:
+                    _write_doc_json(json_path, {"settings": {"starts": startup_count, "durable": durable},
+                                                "startup": [r.to_json() for r in started_runs]})
+                return
             if timer_count:
                 results = measure_timers_on(spec, kinds, durable, cluster, timer_count)
                 click.echo(format_timers(results, _timers_headline(timer_count, durable if kinds else None)))
                 if json_path is not None:
-                    _write_timers_json(json_path, results, timer_count, durable)
+                    _write_doc_json(json_path, {"settings": {"timers": timer_count, "durable": durable},
+                                                "timers": [r.to_json() for r in results]})
                 return
             if memory_jobs:
                 memory = measure_memory(spec, kinds, durable, memory_jobs)
@@ -216,10 +233,9 @@ def _timers_headline(count: int, durable: bool | None) -> str:
             f"command sent - asked time (early < 0){where}")
 
 
-def _write_timers_json(path: str, results: list, count: int, durable: bool) -> None:
+def _write_doc_json(path: str, doc: dict) -> None:
     import json
 
-    doc = {"settings": {"timers": count, "durable": durable}, "timers": [r.to_json() for r in results]}
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(doc, indent=2) + "\n")
