@@ -9,6 +9,8 @@ with the reason, unless HAQUEUE_REQUIRE_CLIENTS=1 makes that a failure.
   loopback cluster's VIP: put with priority and delay, reserve, touch,
   release, bury, peek-buried, kick, delete, the delay's lower bound, pause-tube, stats,
   stats-job, stats-tube, list-tubes, reserve-with-timeout 0.
+- PHP: pheanstalk 4.0.4 (php-pda-pheanstalk, with php-cli), against a single node: the
+  same lifecycle through its typed API.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -39,25 +40,42 @@ def ruby_with_beaneater() -> str | None:
 
 @pytest.fixture(scope="module")
 def ruby() -> str:
-    found = ruby_with_beaneater()
+    return required(ruby_with_beaneater(), "ruby with beaneater (ruby-beaneater)")
+
+
+def php_with_pheanstalk() -> str | None:
+    php = shutil.which("php")
+    if php is None:
+        return None
+    probe = subprocess.run([php, "-r", "require_once 'Pheanstalk/autoload.php';"], capture_output=True,
+                           timeout=30)
+    return php if probe.returncode == 0 else None
+
+
+def required(found: str | None, what: str) -> str:
     if found is None:
         if os.environ.get("HAQUEUE_REQUIRE_CLIENTS"):
-            pytest.fail("ruby with beaneater is required (apt-get install ruby-beaneater)")
-        pytest.skip("ruby-beaneater is not installed (scripts/setup installs it)")
+            pytest.fail(f"{what} is required (scripts/setup installs it)")
+        pytest.skip(f"{what} is not installed (scripts/setup installs it)")
     return found
 
 
-def run_lifecycle(ruby: str, server) -> subprocess.CompletedProcess:
-    return subprocess.run([ruby, str(HERE / "beaneater_lifecycle.rb"), f"{server.host}:{server.port}"],
-                          capture_output=True, text=True, timeout=60)
+@pytest.fixture(scope="module")
+def php() -> str:
+    return required(php_with_pheanstalk(), "php with pheanstalk (php-cli, php-pda-pheanstalk)")
+
+
+def assert_lifecycle_passes(interpreter: str, script: str, host: str, port: int) -> None:
+    result = subprocess.run([interpreter, str(HERE / script), f"{host}:{port}"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("lifecycle done")
 
 
 @pytest.mark.parametrize("start", [beanstalkd, haqueue], ids=["beanstalkd", "haqueue"])
 def test_ruby_beaneater_drives_a_full_lifecycle(ruby, start):
     with start() as server:
-        result = run_lifecycle(ruby, server)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().endswith("lifecycle done")
+        assert_lifecycle_passes(ruby, "beaneater_lifecycle.rb", server.host, server.port)
 
 
 def wait_accepting(host: str, port: int, timeout: float = 15.0) -> None:
@@ -76,6 +94,10 @@ def test_ruby_beaneater_drives_a_full_lifecycle_through_a_clusters_vip(ruby, tmp
     with running_cluster(tmp_path) as cluster:
         vip, port = cluster.spec.vip_address, cluster.spec.nodes[0].client_port
         wait_accepting(vip, port)
-        result = run_lifecycle(ruby, SimpleNamespace(host=vip, port=port))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().endswith("lifecycle done")
+        assert_lifecycle_passes(ruby, "beaneater_lifecycle.rb", vip, port)
+
+
+@pytest.mark.parametrize("start", [beanstalkd, haqueue], ids=["beanstalkd", "haqueue"])
+def test_php_pheanstalk_drives_a_full_lifecycle(php, start):
+    with start() as server:
+        assert_lifecycle_passes(php, "pheanstalk_lifecycle.php", server.host, server.port)
