@@ -191,25 +191,27 @@ class _Lane:
         await self.producer.call(b"put 0 0 1 1\r\nt", b"INSERTED")
         sent = self.worker.send(b"reserve")
         line, _ = await self.worker.reply(b"RESERVED", "reserve (ttr 1)")
-        nudge = asyncio.ensure_future(self._nudge_worker(sent + 1.0 + NUDGE_AFTER))
+        stop = asyncio.Event()
+        nudge = asyncio.ensure_future(self._nudge_worker(sent + 1.0 + NUDGE_AFTER, stop))
         try:
             taken, expired = await self.other.call(b"reserve", b"RESERVED")
         finally:
-            nudge.cancel()
+            stop.set()
+            await nudge  # after its last reply: none may be left for the next command
         self.record("time-to-run", sent, expired, 1.0)
         if taken.split()[1] != line.split()[1]:
             raise BenchError(f"time-to-run: expected job {line.split()[1]!r} back, got {taken!r}")
         await self.other.call(b"delete " + taken.split()[1], b"DELETED")
 
-    async def _nudge_worker(self, start: float) -> None:
+    async def _nudge_worker(self, start: float, stop: asyncio.Event) -> None:
         """beanstalkd 1.12 sometimes never expires the reservation of a connection that stays
         idle (tests/differential/harness.py says the same); activity on it makes it fire. So
         a reservation still held NUDGE_AFTER past its time gets a `peek 0` every
         NUDGE_EVERY: such a server's figure is then late by at least NUDGE_AFTER, not hung."""
-        await asyncio.sleep(max(0.0, start - time.monotonic()))
-        while True:
+        pause = max(0.0, start - time.monotonic())
+        while not await _set_within(stop, pause):
             await self.worker.call(b"peek 0", b"NOT_FOUND")
-            await asyncio.sleep(NUDGE_EVERY)
+            pause = NUDGE_EVERY
 
     async def pause_tube(self) -> None:
         await self.producer.call(b"put 0 0 60 1\r\np", b"INSERTED")
@@ -218,6 +220,14 @@ class _Lane:
         line, arrived = await self.worker.call(b"reserve", b"RESERVED")
         self.record("pause-tube", sent, arrived, 1.0)
         await self.worker.call(b"delete " + line.split()[1], b"DELETED")
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True
 
 
 def lanes_and_rounds(timers: int, lanes: int) -> tuple[int, int]:
