@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from haqueue.bench.load import BenchError
-from haqueue.bench.servers import HOST, beanstalkd_path, free_port
+from haqueue.bench.servers import HOST, beanstalkd_path, free_port, stop_process
 
 CONNECT_POLL = 0.001
 START_TIMEOUT = 10.0
@@ -98,13 +98,7 @@ def start_once(argv: list[str], timeout: float = START_TIMEOUT) -> tuple[float, 
             raise BenchError(f"{argv[0]} answered put with {reply!r}")
         return listening, answered
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         proc.stderr.close()
 
 
