@@ -11,7 +11,9 @@ simply waits for its reply and is never answered before it is committed (design.
 Only the plain case is taken early: a lone node (no --config), TCP on a literal IP
 address, and a command line made only of options this module can read exactly as click
 will (anything else, including -h/-v, a Unix socket, systemd's socket or -u, goes the
-usual way, which reports its own errors). A bind that fails here is left to the usual
+usual way, which reports its own errors). --admin goes the usual way too: there, a
+listening client port has always meant the admin endpoint is up, and monitoring relies
+on it; harnesses do not pass it. A bind that fails here is left to the usual
 path too, which says why in one line.
 """
 
@@ -25,7 +27,7 @@ import socket
 # serve's options that take a value, and those that do not (haqueue/cli/serve.py).
 _VALUED = {"-l": "listen", "--listen": "listen", "-p": "port", "--port": "port",
            "-b": None, "--data-dir": None, "-f": None, "--fsync-ms": None, "-z": None,
-           "--max-job-size": None, "-s": None, "--journal-size": None, "--admin": None}
+           "--max-job-size": None, "-s": None, "--journal-size": None}
 _FLAGS = {"-F", "--no-fsync", "-c", "-n", "-V", "--verbose"}
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 11300

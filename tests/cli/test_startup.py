@@ -65,6 +65,7 @@ def test_haqueue_beanstalkd_is_serve_under_beanstalkds_command_line():
     (["-v"], None),
     (["-u", "nobody"], None),
     (["--config", "c.toml", "--node", "n1"], None),
+    (["-p", "1234", "--admin", "127.0.0.1:1235"], None),  # listening means its admin is up
     (["--no-such-option"], None),
 ])
 def test_only_command_lines_read_exactly_as_click_would_listen_early(args, address):
