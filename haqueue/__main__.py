@@ -2,6 +2,6 @@
 
 import sys
 
-from haqueue.cli.main import main
+from haqueue.cli import main
 
 sys.exit(main())

@@ -57,6 +57,9 @@ def measure_memory(
     results = []
     for kind in kinds:
         with started(kind, durable) as server:
+            # Listening is not ready: a lone haqueue node listens before it has loaded
+            # its code (haqueue/cli/early.py). A first answer is.
+            tube_stats(server.host, server.port, "default")
             before = rss(server.pid)
             run(replace(load, host=server.host, port=server.port))
             queued = int(tube_stats(server.host, server.port, load.tube).get("current-jobs-ready", -1))

@@ -245,6 +245,33 @@ def format_memory(results: list[MemoryResult]) -> str:
     return "memory: resident set size of the server process, by PID\n" + _table(header, rows)
 
 
+def format_timers(results: list, headline: str) -> str:
+    """Timer lateness per server and kind (haqueue.bench.timers.TimerResult)."""
+    header = ["server", "timer", "count", "early", "min ms", "p50 ms", "p99 ms", "max ms"]
+    rows = []
+    for r in results:
+        for kind in (*r.samples, None):
+            s = r.summary(kind)
+            if s is not None:
+                rows.append([r.server or r.address, kind or "all", str(s["count"]), str(s["early"]),
+                             f"{s['min']:.2f}", f"{s['p50']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}"])
+    return headline + "\n" + _table(header, rows)
+
+
+def format_startup(results: list, starts: int, durable: bool) -> str:
+    """Start-up times per server (haqueue.bench.startup.StartupResult)."""
+    header = ["server", "from exec to", "starts", "min ms", "p50 ms", "p90 ms", "max ms"]
+    rows = []
+    for r in results:
+        for which, label in (("listening", "listening"), ("answered", "put answered")):
+            s = r.summary(which)
+            rows.append([r.server, label, str(s["count"]), f"{s['min']:.1f}", f"{s['p50']:.1f}",
+                         f"{s['p90']:.1f}", f"{s['max']:.1f}"])
+    mode = "durable (-b DIR)" if durable else "in memory"
+    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms\n"
+            + _table(header, rows))
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 

@@ -101,7 +101,7 @@ def started(kind: str, durable: bool = False, extra_args: tuple[str, ...] = ()) 
                 _wait_listening(proc, port, kind, log_path)
                 break
             except _PortTaken:
-                _stop(proc)
+                stop_process(proc)
                 proc = None
                 if attempt == PORT_ATTEMPTS - 1:
                     raise BenchError(f"{kind}: no free port after {PORT_ATTEMPTS} tries") from None
@@ -109,7 +109,7 @@ def started(kind: str, durable: bool = False, extra_args: tuple[str, ...] = ()) 
         yield Server(kind=kind, host=HOST, port=port, pid=proc.pid, durable=durable)
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -148,7 +148,8 @@ def _last_line(path: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE; by the Popen's PID."""
     if proc.poll() is None:
         proc.terminate()
         try:

@@ -1,1 +1,27 @@
-"""The `haqueue` command line: one module per command group."""
+"""The `haqueue` command line: one module per command group.
+
+`main` is the console script's entry point. It imports nothing heavy itself, so that
+`haqueue serve` can listen before click and the server are loaded (haqueue/cli/early.py).
+`beanstalkd_main` is `haqueue-beanstalkd`: `haqueue serve` under beanstalkd's command
+line, for anything that starts beanstalkd by path with its flags (a client library's
+test harness with $BEANSTALKD_PATH, a systemd unit).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["serve"]:
+        from haqueue.cli.early import listen_early
+
+        listen_early(args[1:])
+    from haqueue.cli.main import main as run
+
+    return run(args)
+
+
+def beanstalkd_main() -> int:
+    return main(["serve", *sys.argv[1:]])

@@ -24,7 +24,7 @@ from haqueue.bench.compare import (
 )
 from haqueue.bench.load import BenchError, LoadSpec, parse_address
 from haqueue.bench.memory import measure_memory
-from haqueue.bench.report import format_memory, format_runs, to_json
+from haqueue.bench.report import format_memory, format_runs, format_startup, format_timers, to_json
 from haqueue.progress import Progress, elapsed
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -76,6 +76,12 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--scrape", "scrape_tubes", type=click.IntRange(min=1), default=None, metavar="TUBES",
               help="Metrics benchmark: start a haqueue node with TUBES tubes, scrape /metrics "
                    "repeatedly, report the node's CPU per scrape.")
+@click.option("--timers", "timer_count", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Timer benchmark: N timers (delay, time-to-run, DEADLINE_SOON, pause-tube, "
+                   "reserve-with-timeout); report how late they fire.")
+@click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Start-up benchmark: exec the started server(s) N times; report the time "
+                   "to listening and to the first put answered.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -102,6 +108,8 @@ def bench(
     durable: bool,
     memory_jobs: int | None,
     scrape_tubes: int | None,
+    timer_count: int | None,
+    startup_count: int | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
@@ -142,6 +150,13 @@ def bench(
         )
     if memory_jobs and cluster:
         raise click.ClickException("--memory starts its own servers: use --server or --compare")
+    if startup_count and (timer_count or memory_jobs or cluster or not kinds):
+        raise click.ClickException("--startup starts its own servers: use it with --server or "
+                                   "--compare alone")
+    if timer_count and memory_jobs:
+        raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
+    if timer_count and compare_cluster:
+        raise click.ClickException("--timers takes --cluster or --compare, not both")
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
     if json_path is not None:
@@ -175,6 +190,22 @@ def bench(
         progress = Progress()
         started = time.monotonic()
         with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench: {elapsed(started)} elapsed"):
+            if startup_count:
+                from haqueue.bench.startup import measure_startup
+
+                started_runs = measure_startup(kinds, startup_count, durable)
+                click.echo(format_startup(started_runs, startup_count, durable))
+                if json_path is not None:
+                    _write_doc_json(json_path, {"settings": {"starts": startup_count, "durable": durable},
+                                                "startup": [r.to_json() for r in started_runs]})
+                return
+            if timer_count:
+                results = measure_timers_on(spec, kinds, durable, cluster, timer_count)
+                click.echo(format_timers(results, _timers_headline(timer_count, durable if kinds else None)))
+                if json_path is not None:
+                    _write_doc_json(json_path, {"settings": {"timers": timer_count, "durable": durable},
+                                                "timers": [r.to_json() for r in results]})
+                return
             if memory_jobs:
                 memory = measure_memory(spec, kinds, durable, memory_jobs)
                 runs = []
@@ -198,6 +229,43 @@ def bench(
         raise click.ClickException(str(exc)) from None
     if json_path is not None:
         _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms)
+
+
+def measure_timers_on(spec: LoadSpec, kinds: list[str], durable: bool, cluster: str | None,
+                      count: int) -> list:
+    """The timer benchmark on each started server in turn, the cluster's leader, or the address."""
+    from haqueue.bench.cluster import find_leader
+    from haqueue.bench.servers import started
+    from haqueue.bench.timers import measure_timers
+
+    if kinds:
+        results = []
+        for kind in kinds:
+            with started(kind, durable) as server:
+                results.append(measure_timers(server.host, server.port, count, server=kind))
+        return results
+    if cluster:
+        leader, size = find_leader(cluster, spec.timeout)
+        return [measure_timers(leader.address, leader.client_port, count, server=f"haqueue {size}-node")]
+    return [measure_timers(spec.host, spec.port, count)]
+
+
+def _timers_headline(count: int, durable: bool | None) -> str:
+    from haqueue.bench.timers import DEFAULT_LANES
+
+    where = "" if durable is None else (", durable (-b DIR -f0)" if durable else ", in memory")
+    return (f"timers: {count:,} or more, {DEFAULT_LANES} lanes at most; lateness = reply time - "
+            f"command sent - asked time (early < 0){where}")
+
+
+def _write_doc_json(path: str, doc: dict) -> None:
+    import json
+
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms=None) -> None:

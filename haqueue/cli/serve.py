@@ -124,6 +124,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
     policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
     if (config_path is None) != (node_id is None):
         raise click.UsageError("--config and --node go together")
+    early_signals = None
     if config_path is not None:
         options = _cluster_options(config_path, node_id, data_dir, policy, max_job_size)
     else:
@@ -136,14 +137,22 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
                 raise HaqueueError("-l unix: needs a path, e.g. -l unix:/run/haqueue.sock")
             where = Listen(unix_path=path)
         else:
-            _check_bindable(listen, port)
-            where = Listen(host=listen, port=port)
+            from haqueue.cli import early
+
+            sock = early.take(listen, port)
+            if sock is not None:
+                where = Listen(host=listen, port=port, sock=sock)
+                early_signals = early.pending_signals
+            else:
+                _check_bindable(listen, port)
+                where = Listen(host=listen, port=port)
         options = NodeOptions(
             listen=where,
             raft_address="127.0.0.1:0",  # a one-node cluster talks to nobody
             data_dir=data_dir,
             policy=policy,
             max_job_size=max_job_size,
+            early_signals=early_signals,
         )
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")

@@ -175,6 +175,25 @@ class QueueState:
                 best = heap[0][0]
         return best
 
+    def ready_at(self, now: int) -> dict[str, int]:
+        """Per tube, how many jobs would be ready to reserve after `advance(now)` that are
+        not now: delays and time-to-runs ending by `now`, and the ready jobs of tubes whose
+        pause ends by then. Read-only. The leader sends waiting reserves in the same entry
+        as the TICK that fires these deadlines, instead of in the entry after it."""
+        counts: dict[str, int] = {}
+        for heap in (self._delays, self._ttrs):
+            for entry in _due_entries(heap, now):
+                job = entry[2]
+                if job.entry is entry:
+                    name = job.tube.name
+                    counts[name] = counts.get(name, 0) + 1
+        for unpause_at, name in _due_entries(self._pauses, now):
+            tube = self.tubes.get(name)
+            if tube is not None and tube.pause and tube.unpause_at == unpause_at:
+                counts[name] = counts.get(name, 0) + tube.ready_count
+        tubes = self.tubes
+        return {name: n for name, n in counts.items() if n and not tubes[name].paused(now)}
+
     def _heap_top_live(self, heap) -> bool:
         entry = heap[0]
         if heap is self._pauses:
@@ -618,6 +637,22 @@ class QueueState:
         pickler.fast = True
         pickler.dump(self.to_records())
         return hashlib.sha256(out.getvalue()).hexdigest()
+
+
+def _due_entries(heap: list, now: int):
+    """The entries of a heap whose key (first item) is at most `now`, in no order: a walk
+    that stops below any entry past `now`, so it costs about as many steps as it finds."""
+    stack = [0] if heap else []
+    size = len(heap)
+    while stack:
+        i = stack.pop()
+        entry = heap[i]
+        if entry[0] > now:
+            continue
+        yield entry
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < size:
+                stack.append(child)
 
 
 def _by_id(job: Job) -> int:

@@ -461,6 +461,12 @@ class BeanstalkParser:
         buf += data
 
     @property
+    def put_pending(self) -> bool:
+        """A put's command line was read and its body (or the bytes a too-big one skips) was
+        not: beanstalkd has counted that put already (cmd-put), even if the body never comes."""
+        return self._state == _BODY or self._state == _SKIP
+
+    @property
     def buffered(self) -> int:
         """Bytes received and not yet consumed (a server can bound its memory with this)."""
         return len(self._buf) - self._pos

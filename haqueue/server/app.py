@@ -25,6 +25,8 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
@@ -33,6 +35,7 @@ from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
+from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,8 @@ class Listen:
 
     def describe(self) -> str:
         if self.sock is not None:
-            return f"inherited socket {self.sock.getsockname()}"
+            name = self.sock.getsockname()
+            return f"unix:{name}" if isinstance(name, str) else "{}:{}".format(*name[:2])
         if self.unix_path:
             return f"unix:{self.unix_path}"
         return f"{self.host}:{self.port}"
@@ -114,6 +118,8 @@ class NodeOptions:
     # this node included, for the status page's cluster view (status_page.py).
     members: list[tuple[str, str, int, str]] = field(default_factory=list)
     node_id: str | None = None
+    # Signals that arrived before run() handled signals (haqueue/cli/early.py): () -> [signum]
+    early_signals: Callable[[], list[int]] | None = None
 
 
 class QueueServer:
@@ -128,6 +134,11 @@ class QueueServer:
         self.sessions: set[Session] = set()
         self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
         self.dirty: set[Session] = set()
+        # Closed connections whose reservations are being given back (DROP_CONN
+        # in flight), and the sessions whose next read waits for that: beanstalkd
+        # returns them at once, so no read that follows a close may miss it.
+        self.drops_pending: set[int] = set()
+        self.reads_after_drops: set[Session] = set()
         self.serving = False
         self.draining = False
         self.epoch = 0
@@ -136,7 +147,7 @@ class QueueServer:
         self._vip_listener: asyncio.AbstractServer | None = None
         self._vip_retry: asyncio.TimerHandle | None = None
         self._leader_task: asyncio.Task | None = None
-        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_handle: PreciseTimer | None = None
         self._tick_at: int | None = None
         self._tick_in_flight = False
         self._stopped = asyncio.Event()
@@ -182,6 +193,12 @@ class QueueServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        if self.options.early_signals is not None:
+            for signum in self.options.early_signals():
+                if signum == signal.SIGUSR1:
+                    self._enter_drain_mode()
+                else:
+                    self.request_stop()
         if self.options.admin is not None:
             from haqueue.server.admin import AdminServer
 
@@ -228,6 +245,7 @@ class QueueServer:
         term = self.node.raftCurrentTerm
         self.epoch = term
         self.conn_serial = 0
+        self.drops_pending.clear()
         self.batcher = Batcher(self.node, self.loop, self._after_entry)
         barrier = self.loop.create_future()
         self.batcher.submit((C.RELEASE_ORPHANS, (), term),
@@ -321,6 +339,7 @@ class QueueServer:
             self.batcher.closed = True
             self.batcher.fail_pending()
         self.waiters.clear()
+        self.reads_after_drops.clear()
         if was_serving:
             log.info("stopped serving clients")
 
@@ -329,6 +348,7 @@ class QueueServer:
         self.sessions.discard(session)
         self.waiters.pop(session, None)
         self.dirty.discard(session)
+        self.reads_after_drops.discard(session)
         directory = self.directory
         directory.count_use(session.use, -1)
         self.unref_tube(session.use)
@@ -342,7 +362,18 @@ class QueueServer:
         if holds or session.in_flight or session.reserve_in_flight:
             # Log order follows submit order, so this lands after anything
             # the connection still had in flight.
-            self.batcher.submit((C.DROP_CONN, session.conn_id), _ignore)
+            self.drops_pending.add(session.conn_id)
+            self.batcher.submit((C.DROP_CONN, session.conn_id),
+                                partial(self._drop_done, session.conn_id))
+
+    def _drop_done(self, conn_id: int, result) -> None:
+        self.drops_pending.discard(conn_id)
+        if self.drops_pending or not self.reads_after_drops:
+            return
+        readers, self.reads_after_drops = self.reads_after_drops, set()
+        for session in readers:
+            session.pump()
+            self.dirty.add(session)
 
     def unref_tube(self, name: str) -> None:
         with self.state_lock:
@@ -385,24 +416,27 @@ class QueueServer:
         self._arm_tick(next_deadline)
 
     def _wake_waiters(self) -> None:
-        # Hand each ready job to at most one waiter: count what is claimed.
         now = wall_ms()
-        claimed: dict[str, int] = {}
         with self.state_lock:
             tubes = self.state.tubes
-            candidates = []
-            for session in list(self.waiters):
-                for name in session.watch:
-                    tube = tubes.get(name)
-                    if tube is None or tube.paused(now):
-                        continue
-                    if tube.ready_count > claimed.get(name, 0):
-                        claimed[name] = claimed.get(name, 0) + 1
-                        candidates.append(session)
-                        break
+            available = {name: tube.ready_count for name, tube in tubes.items()
+                         if tube.ready_count and not tube.paused(now)}
+            candidates = self._claim(available)
         for session in candidates:
             session.try_reserve()
             self.dirty.add(session)
+
+    def _claim(self, available: dict[str, int]) -> list[Session]:
+        """Waiting sessions, first come first served, at most one per available job."""
+        claimed: dict[str, int] = {}
+        candidates = []
+        for session in list(self.waiters):
+            for name in session.watch:
+                if available.get(name, 0) > claimed.get(name, 0):
+                    claimed[name] = claimed.get(name, 0) + 1
+                    candidates.append(session)
+                    break
+        return candidates
 
     def _arm_tick(self, deadline: int | None) -> None:
         if deadline is None or self._tick_in_flight:
@@ -412,8 +446,7 @@ class QueueServer:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self._tick_at = deadline
-        delay = max(0.0, (deadline - wall_ms()) / 1000)
-        self._tick_handle = self.loop.call_later(delay, self._fire_tick)
+        self._tick_handle = PreciseTimer(self.loop, monotonic_at_wall_ms(deadline), self._fire_tick)
 
     def _fire_tick(self) -> None:
         self._tick_handle = None
@@ -426,6 +459,13 @@ class QueueServer:
             return
         self._tick_in_flight = True
         self.batcher.submit((C.TICK,), self._tick_done)
+        if self.waiters:
+            # Reserves for the jobs this TICK makes ready ride in its entry, after
+            # it: one commit between the deadline and the reply, not two.
+            with self.state_lock:
+                candidates = self._claim(self.state.ready_at(wall_ms()))
+            for session in candidates:
+                session.reserve_now()
 
     def _tick_done(self, result) -> None:
         self._tick_in_flight = False

@@ -15,12 +15,18 @@ references are counted in the server's TubeDirectory.
 If an entry's outcome is unknown (leadership lost), the connection is closed
 without a reply: a reply must never claim success or failure for a change
 that may or may not be applied.
+
+End of input (the client half-closes) is handled as beanstalkd 1.12 does:
+every complete command read before it is still answered, in order; a reserve
+that would wait answers TIMED_OUT at once (protocol.txt); an incomplete
+command is dropped; then the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from functools import partial
 
@@ -31,6 +37,7 @@ from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
 from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
+from haqueue.server.timers import PreciseTimer, deadline_ms, monotonic_at_wall_ms
 from haqueue.server.tubes import DEFAULT_TUBE
 
 log = logging.getLogger(__name__)
@@ -69,15 +76,16 @@ class Session(asyncio.Protocol):
         self.blocked_on_writes = False
         self.reserving = False
         self.reserve_in_flight = False
-        self.reserve_deadline: float | None = None  # loop time
+        self.reserve_deadline: float | None = None  # time.monotonic()
         self.reserve_timed_out = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: PreciseTimer | None = None
         self.lease_timer: asyncio.TimerHandle | None = None
         # A reply that hands this connection a job (RESERVED, TOUCHED) waits
         # to be written until the read lease holds (see flush).
         self.needs_lease = False
         self.closed = False
         self.quitting = False
+        self.half_closed = False  # the client sent FIN: answer what was read, then close
         self.paused_reading = False
         self.is_producer = False
         self.is_worker = False
@@ -112,12 +120,21 @@ class Session(asyncio.Protocol):
         self.flush()
 
     def eof_received(self):
-        return False  # close our side too, as beanstalkd does on read() == 0
+        # Keep our side open until every command read so far is answered;
+        # a reserve that is waiting now gives up (try_reserve).
+        self.half_closed = True
+        if self.reserving and not self.reserve_in_flight:
+            self.try_reserve()
+        self.pump()
+        self.flush()
+        return True
 
     def connection_lost(self, exc) -> None:
         if self.closed:
             return
         self.closed = True
+        if self.parser.put_pending:
+            self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
         if self.lease_timer is not None:
             self.lease_timer.cancel()
@@ -150,7 +167,13 @@ class Session(asyncio.Protocol):
         while slots and slots[0][0] is not None:
             out.append(slots.popleft()[0])
         self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if self.quitting and not slots:
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        """After quit, or after end of input once every command read is answered."""
+        if self.closed or self.slots:
+            return
+        if self.quitting or (self.half_closed and not self.queue and not self.reserving):
             self.transport.close()
 
     def _reply(self, data: bytes) -> None:
@@ -177,6 +200,9 @@ class Session(asyncio.Protocol):
                 if self.in_flight:
                     self.blocked_on_writes = True
                     break
+                if self.server.drops_pending:
+                    self.server.reads_after_drops.add(self)  # pumped again when they are applied
+                    break
                 if not self.server.node.read_lease_valid():
                     # Possibly no longer the leader (just resumed, or cut off):
                     # hold the read until a majority is heard from again, or
@@ -194,8 +220,7 @@ class Session(asyncio.Protocol):
         if self.paused_reading and len(queue) < MAX_QUEUED_COMMANDS // 2 and not self.closed:
             self.paused_reading = False
             self.transport.resume_reading()
-        if self.quitting and not self.slots and not self.closed:
-            self.transport.close()
+        self._close_if_done()
 
     LEASE_RECHECK_S = 0.01
 
@@ -240,14 +265,14 @@ class Session(asyncio.Protocol):
         if self.server.draining:
             self._reply(P.DRAINING)
             return
-        self._submit((C.PUT, self.use, pri, delay * 1000, ttr * 1000, body))
+        self._submit((C.PUT, self.use, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body))
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
 
     def _release(self, args) -> None:
         job_id, pri, delay = args
-        self._submit((C.RELEASE, self.conn_id, job_id, pri, delay * 1000))
+        self._submit((C.RELEASE, self.conn_id, job_id, pri, deadline_ms(delay)))
 
     def _bury(self, args) -> None:
         self._submit((C.BURY, self.conn_id, args[0], args[1]))
@@ -269,7 +294,7 @@ class Session(asyncio.Protocol):
         if not exists:
             self._reply(P.NOT_FOUND)
             return
-        self._submit((C.PAUSE_TUBE, name, delay * 1000))
+        self._submit((C.PAUSE_TUBE, name, deadline_ms(delay)))
 
     def _reserve_job(self, args) -> None:
         self._submit((C.RESERVE_JOB, self.conn_id, args[0]))
@@ -379,8 +404,7 @@ class Session(asyncio.Protocol):
         self.is_worker = True
         self.reserving = True
         self.reserve_timed_out = False
-        loop = self.server.loop
-        self.reserve_deadline = None if timeout is None else loop.time() + timeout
+        self.reserve_deadline = None if timeout is None else time.monotonic() + timeout
         self.try_reserve()
 
     def try_reserve(self) -> bool:
@@ -393,9 +417,7 @@ class Session(asyncio.Protocol):
             # its next `reserve`) are not applied yet, so the local state
             # cannot tell. The log can: the reserve lands after them. If it
             # finds nothing, the answer comes back here with the state current.
-            self.reserve_in_flight = True
-            server.stop_waiting(self)
-            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            self._submit_reserve()
             return True
         now = wall_ms()
         with server.state_lock:
@@ -406,34 +428,42 @@ class Session(asyncio.Protocol):
             self._finish_reserve(P.DEADLINE_SOON)
             return False
         if ready:
-            self.reserve_in_flight = True
-            server.stop_waiting(self)
-            server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+            self._submit_reserve()
             return True
-        if self.reserve_timed_out or (
-            self.reserve_deadline is not None and self.reserve_deadline <= server.loop.time()
+        if self.reserve_timed_out or self.half_closed or (
+            self.reserve_deadline is not None and self.reserve_deadline <= time.monotonic()
         ):
             self._finish_reserve(P.TIMED_OUT)
             return False
         server.start_waiting(self)
-        self._arm_timer(soonest, now)
+        self._arm_timer(soonest)
         return False
 
-    def _arm_timer(self, soonest: int | None, now: int) -> None:
+    def reserve_now(self) -> None:
+        """Send this waiting reserve to the log now: an entry ahead of it makes a job ready.
+        If it finds none after all (another took it), it comes back and waits again."""
+        if self.reserving and not self.reserve_in_flight and not self.closed:
+            self._submit_reserve()
+
+    def _submit_reserve(self) -> None:
+        self.reserve_in_flight = True
+        self.server.stop_waiting(self)
+        self.server.batcher.submit((C.RESERVE, self.conn_id, tuple(self.watch)), self._reserve_done)
+
+    def _arm_timer(self, soonest: int | None) -> None:
         self._cancel_timer()
-        loop = self.server.loop
         wake = self.reserve_deadline
         if soonest is not None:
-            soon_at = loop.time() + max(0, soonest - SAFETY_MARGIN_MS - now) / 1000
+            soon_at = monotonic_at_wall_ms(soonest - SAFETY_MARGIN_MS)
             wake = soon_at if wake is None else min(wake, soon_at)
         if wake is not None:
-            self.timer = loop.call_at(wake, self._timer_fired)
+            self.timer = PreciseTimer(self.server.loop, wake, self._timer_fired)
 
     def _timer_fired(self) -> None:
         self.timer = None
         if not self.reserving or self.closed:
             return
-        if self.reserve_deadline is not None and self.reserve_deadline <= self.server.loop.time():
+        if self.reserve_deadline is not None and self.reserve_deadline <= time.monotonic():
             self.reserve_timed_out = True
         if not self.reserve_in_flight:
             self.try_reserve()

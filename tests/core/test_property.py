@@ -470,3 +470,24 @@ def test_a_snapshot_taken_anywhere_changes_nothing_that_follows(log, data):
         assert restored.digest() == straight.digest()
         assert_agree(observe(restored), observe(straight))
     assert restored.internal_errors == straight.internal_errors == 0
+
+
+def reservable(state: QueueState, now: int) -> dict[str, int]:
+    return {name: t.ready_count for name, t in state.tubes.items() if not t.paused(now)}
+
+
+@settings(max_examples=100, deadline=None, phases=PHASES)
+@given(logs(), st.lists(st.sampled_from([0, 1, 499, 500, 1000, 1001, 2500, 60_000]), min_size=1,
+                        max_size=3))
+def test_ready_at_predicts_what_advancing_makes_reservable(log, offsets):
+    state = QueueState()
+    for stamp, commands in log:
+        state.apply_batch(stamp, list(commands))
+        for offset in offsets:
+            later = state.now + offset
+            before = reservable(state, state.now)
+            advanced = QueueState.deserialize(state.serialize())
+            advanced.advance(later)
+            after = reservable(advanced, later)
+            gained = {name: n - before.get(name, 0) for name, n in after.items() if n > before.get(name, 0)}
+            assert state.ready_at(later) == gained, (later, state.to_records())

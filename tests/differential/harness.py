@@ -19,7 +19,10 @@ Script format (tests/differential/scripts/*.txt), one directive per line:
                         about 1 run in 5 here); activity on that connection makes it fire.
     a< closed           expect the server to close a
     a~ close            close a from the client side
+    a~ half-close       shut down a's sending side (shutdown(SHUT_WR)); replies can still be read
     ~ waiting default 1 wait (bounded) until tube default has 1 connection waiting to reserve
+    ~ drain             send the server SIGUSR1 (drain mode) and wait (bounded) until its
+                        stats say "draining: true"
 
 The connection name may be omitted (it is then "a"). In text: \\r \\n \\t \\0 \\\\ \\xHH
 escapes; {TEXT*N} repeats TEXT N times (e.g. use {a*200}); #N stands for the job id this
@@ -31,8 +34,8 @@ Normalising: job ids become #1, #2... in order of appearance; in stats bodies th
 timing- and host-dependent keys (age, time-left, uptime, rusage-*, pid, hostname, os,
 platform, id of the server, version, binlog-*, pause-time-left) become "*", keys and their
 order are kept, and the OK byte count is recomputed. `~ waiting` polls with stats-tube on
-its own connection, so scripts using it also mask cmd-stats-tube in global stats, and
-scripts that nudge mask cmd-peek for the same reason.
+its own connection, so scripts using it also mask cmd-stats-tube in global stats; scripts
+that nudge mask cmd-peek, and scripts that drain mask cmd-stats, for the same reason.
 
 A run never raises for a server's misbehaviour: a timeout or an early close is recorded in
 the transcript (a line starting with "!!") and the run stops there, so the diff shows where
@@ -43,7 +46,9 @@ the two servers parted. Every script ends by checking each open connection is in
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +75,7 @@ class Step:
     lineno: int
     source: str  # the script line, for transcripts
     conn: str
-    op: str  # send | recv | closed | close | waiting
+    op: str  # send | recv | closed | close | half-close | drain | waiting
     data: bytes = b""
     count: int = 1
     timeout: float = DEFAULT_TIMEOUT
@@ -140,10 +145,15 @@ def parse_script(text: str, name: str = "<script>") -> Script:
             words = rest.split()
             if words == ["close"]:
                 step.op = "close"
+            elif words == ["half-close"]:
+                step.op = "half-close"
+            elif words == ["drain"]:
+                step.op = "drain"
             elif len(words) == 3 and words[0] == "waiting" and words[2].isdigit():
                 step.op, step.tube, step.count = "waiting", words[1].encode(), int(words[2])
             else:
-                raise ScriptError(f"{name}:{lineno}: expected '~ close' or '~ waiting TUBE N'")
+                raise ScriptError(f"{name}:{lineno}: expected '~ close', '~ half-close', "
+                                  "'~ drain' or '~ waiting TUBE N'")
         script.steps.append(step)
     return script
 
@@ -243,6 +253,8 @@ class Run:
         mask = set(VOLATILE_KEYS)
         if any(step.op == "waiting" for step in self.script.steps):
             mask.add("cmd-stats-tube")
+        if any(step.op == "drain" for step in self.script.steps):
+            mask.add("cmd-stats")
         if any(step.nudge for step in self.script.steps):
             mask.add("cmd-peek")
         return frozenset(mask)
@@ -318,8 +330,16 @@ class Run:
             if conn is not None:
                 conn.close()
             self.closed.discard(step.conn)
+        elif step.op == "half-close":
+            self._record(f"{step.conn}~ half-close")
+            try:
+                self._conn(step.conn).half_close()
+            except OSError as exc:
+                self._fail(step, f"half-close of {step.conn} failed: {exc}")
         elif step.op == "waiting":
             self._wait_waiting(step)
+        elif step.op == "drain":
+            self._drain(step)
 
     def _recv_nudging(self, step: Step, conn: RawConn) -> list[bytes]:
         other = self._conn(step.nudge)
@@ -347,21 +367,30 @@ class Run:
 
     def _wait_waiting(self, step: Step) -> None:
         self._record(f"~ waiting {step.tube.decode()} {step.count}")
+        self._poll(step, b"stats-tube " + step.tube, b"\ncurrent-waiting: %d\n" % step.count,
+                   f"tube {step.tube.decode()} never had {step.count} waiting")
+
+    def _drain(self, step: Step) -> None:
+        self._record("~ drain")
+        os.kill(self.server.pid, signal.SIGUSR1)
+        self._poll(step, b"stats", b"\ndraining: true\n", "the server never said it was draining")
+
+    def _poll(self, step: Step, command: bytes, want: bytes, failure: str) -> None:
+        """Send `command` on the sync connection until its reply holds `want` (bounded)."""
         if self.sync_conn is None:
             self.sync_conn = RawConn(self.server.host, self.server.port, DEFAULT_TIMEOUT)
-        want = b"\ncurrent-waiting: %d\n" % step.count
         deadline = time.monotonic() + step.timeout
         last = b""
         while time.monotonic() < deadline:
             try:
-                self.sync_conn.send(b"stats-tube " + step.tube + b"\r\n")
+                self.sync_conn.send(command + b"\r\n")
                 last = self.sync_conn.recv_reply(max(0.1, deadline - time.monotonic()))
             except (OSError, TimeoutError, ConnectionClosed) as exc:
-                self._fail(step, f"stats-tube poll failed: {exc}")
+                self._fail(step, f"{command.decode()} poll failed: {exc}")
             if want in last:
                 return
             time.sleep(SYNC_POLL)
-        self._fail(step, f"tube {step.tube.decode()} never had {step.count} waiting; last {last!r}")
+        self._fail(step, f"{failure}; last {last[:300]!r}")
 
     def _check_in_step(self) -> None:
         """Each open connection answers `peek 0` next: no stray replies, no half-read line."""

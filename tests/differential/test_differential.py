@@ -6,6 +6,37 @@ deterministic and the normalisation sound before haqueue is judged by it. The ha
 comparison skips (with the server's stderr) when `python -m haqueue serve` cannot start;
 set HAQUEUE_REQUIRE_SERVER=1 to make that a failure instead.
 
+Coverage: every command of protocol.txt, and every reply a client can provoke.
+
+  command               scripts (beyond the happy path: its error replies); not_found has
+                        NOT_FOUND from every command that names a job or a tube
+  put                   put_peek, pipelining, job_size (JOB_TOO_BIG), expected_crlf
+                        (EXPECTED_CRLF), number_errors (BAD_FORMAT), delay, drain (DRAINING),
+                        half_close (a put cut off by the end of input)
+  use / watch / ignore  tubes (NOT_IGNORED for the last watched tube), tube_name_errors
+  reserve               reserve_release_bury_delete, blocking_reserve, multi_conn, ttr
+                        (DEADLINE_SOON), half_close (TIMED_OUT when half-closed)
+  reserve-with-timeout  reserve_timeouts (TIMED_OUT; the strtol-read timeout), blocking_reserve
+  reserve-job           reserve_job (NOT_FOUND for reserved/unknown ids)
+  delete / release /    reserve_release_bury_delete, multi_conn (NOT_FOUND for another
+  bury / touch          connection's job), number_errors
+  peek, peek-ready,     put_peek, delay, reserve_release_bury_delete (NOT_FOUND when empty)
+  peek-delayed, -buried
+  kick / kick-job       kick, delay (delayed jobs), number_errors (NOT_FOUND)
+  stats / stats-job /   nearly every script; drain (draining: true)
+  stats-tube
+  list-tubes,           tubes, multi_conn, pipelining
+  list-tube-used,
+  list-tubes-watched
+  pause-tube            pause (pause 0; NOT_FOUND), number_errors, line_length
+  quit                  quit (also "quitx")
+  any                   command_errors (UNKNOWN_COMMAND, BAD_FORMAT, NUL bytes),
+                        line_length (the 224-byte line buffer)
+
+Not covered, because no client can provoke them on demand: OUT_OF_MEMORY, INTERNAL_ERROR
+and put's "BURIED <id>" (beanstalkd out of memory). Differences that remain on purpose are
+listed in docs/compatibility.md.
+
 Each script runs on fresh servers, all sides at once (two beanstalkd and, when available,
 haqueue), so its timed waits are paid once; the haqueue transcript waits in _PENDING for
 its own test. Run one script with e.g. `-k ttr`.

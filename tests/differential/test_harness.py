@@ -30,6 +30,12 @@ def test_script_steps_parse_with_connections_counts_and_timeouts():
     assert script.steps[6].data == b"\r\n"
 
 
+def test_a_connection_can_be_half_closed_and_the_server_drained():
+    half, drain = parse_script("b~ half-close\n~ drain").steps
+    assert (half.conn, half.op) == ("b", "half-close")
+    assert drain.op == "drain"
+
+
 def test_a_read_can_keep_another_connection_active():
     step = parse_script("b< 1 within 4 nudging a").steps[0]
     assert (step.conn, step.op, step.timeout, step.nudge) == ("b", "recv", 4.0, "a")

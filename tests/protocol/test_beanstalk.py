@@ -354,6 +354,21 @@ def test_eof_during_job_too_big_skip_gives_no_reply():
     assert drain(parser) == [EOF]
 
 
+@pytest.mark.parametrize("data, pending", [
+    (b"put 0 0 1 5\r\nhel", True),  # the body is awaited
+    (b"put 0 0 1 5\r\nhello\r", True),  # so is its trailer
+    (b"put 0 0 1 5\r\nhello\r\n", False),  # the put was handed out
+    (b"put 0 0 1 9\r\nab", True),  # a too-big body being skipped (max 1 below)
+    (b"put 0 0 1 5", False),  # no complete command line: beanstalkd has not dispatched it
+    (b"stats\r\n", False),
+])
+def test_put_pending_says_whether_a_dispatched_put_still_waits_for_bytes(data, pending):
+    parser = BeanstalkParser(max_job_size=5 if b"hel" in data else 1)
+    parser.receive_data(data)
+    drain(parser)
+    assert parser.put_pending is pending
+
+
 def test_receive_after_eof_is_a_programming_error():
     parser = BeanstalkParser()
     parser.receive_data(b"")

@@ -299,6 +299,10 @@ class RawConn:
         self.buf.clear()
         return taken
 
+    def half_close(self) -> None:
+        """Send FIN: the server reads end-of-file, and may still answer."""
+        self.sock.shutdown(socket.SHUT_WR)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()

@@ -1,0 +1,119 @@
+"""The start-up benchmark: from exec to listening, and to the first `put` answered.
+
+Client libraries' test harnesses start the server by path with beanstalkd's flags, sleep a
+fixed 0.1 s and connect. This execs the server the same way N times (a fresh port, and a
+fresh -b directory when durable, each time) and reports, per server, the time from just
+before exec to the first successful connect (polled every 1 ms) and to the reply to one
+`put` sent on that connection. Servers: beanstalkd, and haqueue as `haqueue-beanstalkd`
+(the console script beside the running interpreter; `python -m haqueue serve` if absent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from haqueue.bench.load import BenchError
+from haqueue.bench.servers import HOST, beanstalkd_path, free_port, stop_process
+
+CONNECT_POLL = 0.001
+START_TIMEOUT = 10.0
+PUT = b"put 0 0 60 5\r\nhello\r\n"
+
+
+@dataclass
+class StartupResult:
+    server: str
+    durable: bool
+    listening: list[float] = field(default_factory=list)  # seconds after exec
+    answered: list[float] = field(default_factory=list)
+
+    def summary(self, which: str) -> dict[str, float]:
+        values = sorted(getattr(self, which))
+
+        def rank(p: int) -> float:
+            return values[max(0, -(-len(values) * p // 100) - 1)] * 1000
+
+        return {"count": len(values), "min": values[0] * 1000, "p50": rank(50), "p90": rank(90),
+                "max": values[-1] * 1000}
+
+    def to_json(self) -> dict:
+        return {"server": self.server, "durable": self.durable,
+                "listening_ms": self.summary("listening"), "put_answered_ms": self.summary("answered")}
+
+
+def haqueue_command() -> list[str]:
+    script = os.path.join(os.path.dirname(sys.executable), "haqueue-beanstalkd")
+    if os.access(script, os.X_OK):
+        return [script]
+    return [sys.executable, "-m", "haqueue", "serve"]
+
+
+def command(kind: str) -> list[str]:
+    if kind == "beanstalkd":
+        return [beanstalkd_path()]
+    if kind == "haqueue":
+        return haqueue_command()
+    raise BenchError(f"unknown server kind {kind!r}")
+
+
+def start_once(argv: list[str], timeout: float = START_TIMEOUT) -> tuple[float, float]:
+    """Exec argv (plus -l HOST -p PORT), return (listening, put answered) seconds after exec."""
+    port = free_port()
+    full = [*argv, "-l", HOST, "-p", str(port)]
+    began = time.monotonic()
+    proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = began + timeout
+        while True:
+            try:
+                conn = socket.create_connection((HOST, port), timeout=timeout)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise BenchError(f"{argv[0]} exited with status {proc.returncode}: "
+                                     f"{proc.stderr.read().decode(errors='replace').strip()[-300:]}")
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{argv[0]} not listening after {timeout:g} s") from None
+                time.sleep(CONNECT_POLL)  # polling the port, bounded by the deadline
+        listening = time.monotonic() - began
+        with conn:
+            conn.settimeout(timeout)
+            conn.sendall(PUT)
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = conn.recv(64)
+                if not chunk:
+                    raise BenchError(f"{argv[0]} closed the connection instead of answering put")
+                reply += chunk
+            answered = time.monotonic() - began
+        if not reply.startswith(b"INSERTED "):
+            raise BenchError(f"{argv[0]} answered put with {reply!r}")
+        return listening, answered
+    finally:
+        stop_process(proc)
+        proc.stderr.close()
+
+
+def measure_startup(kinds: list[str], starts: int, durable: bool) -> list[StartupResult]:
+    """`starts` rounds of: each kind once (taking turns, so load hurts both alike)."""
+    results = {kind: StartupResult(kind, durable) for kind in kinds}
+    for _ in range(starts):
+        for kind in kinds:
+            data_dir = tempfile.mkdtemp(prefix=f"haqueue-startup-{kind}-") if durable else None
+            try:
+                argv = command(kind) + (["-b", data_dir] if data_dir else [])
+                listening, answered = start_once(argv)
+            finally:
+                if data_dir:
+                    shutil.rmtree(data_dir, ignore_errors=True)
+            results[kind].listening.append(listening)
+            results[kind].answered.append(answered)
+    return list(results.values())

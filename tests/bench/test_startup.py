@@ -1,0 +1,42 @@
+"""The start-up benchmark, against real servers it starts itself."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from haqueue.bench.startup import StartupResult, command, start_once
+from haqueue.cli.bench import bench
+
+
+def test_one_start_reports_listening_before_the_put_is_answered():
+    listening, answered = start_once(command("beanstalkd"))
+    assert 0 < listening <= answered < 10
+
+
+def test_haqueue_starts_and_answers_put(tmp_path):
+    listening, answered = start_once(command("haqueue") + ["-b", str(tmp_path)])
+    assert 0 < listening <= answered < 30
+
+
+def test_summary_uses_nearest_rank():
+    result = StartupResult("x", False, listening=[0.003, 0.001, 0.002], answered=[0.01, 0.02, 0.03])
+    assert result.summary("listening") == {"count": 3, "min": 1.0, "p50": 2.0, "p90": 3.0, "max": 3.0}
+
+
+def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
+    out = tmp_path / "startup.json"
+    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--startup", "2", "--json", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("start-up: 2 starts per server")
+    assert [" ".join(line.split()[1:3]) for line in lines[2:]] == ["listening 2", "put answered"]
+    [doc] = json.loads(out.read_text())["startup"]
+    assert doc["listening_ms"]["count"] == 2
+
+
+def test_startup_needs_servers_it_starts():
+    result = CliRunner().invoke(bench, ["--address", "127.0.0.1:1", "--startup", "2"])
+    assert result.exit_code != 0 and "--startup starts its own servers" in result.output
