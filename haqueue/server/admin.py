@@ -12,12 +12,20 @@ GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              for as long as the pass takes (~0.4 s per million jobs): ask a
              follower
 Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
+
+With a token (`--admin-token`, or the cluster file's cluster.admin_token),
+/status and /gc answer 401 unless the request carries
+`Authorization: Bearer TOKEN`: they show the cluster's shape and state, and
+/gc?collect=1 can stall the node. /health and /leader stay open, since
+keepalived's and the load balancers' checks ask them and they say nothing
+more than "up" and "leader".
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hmac
 import json
 import logging
 
@@ -26,13 +34,15 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192
+PROTECTED = ("/status", "/gc")
 
 
 class AdminServer:
-    def __init__(self, server, host: str, port: int) -> None:
+    def __init__(self, server, host: str, port: int, token: str | None = None) -> None:
         self.server = server
         self.host = host
         self.port = port
+        self.token = token
         self._listener: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -45,9 +55,22 @@ class AdminServer:
             self._listener.close()
             await self._listener.wait_closed()
 
-    def answer(self, path: str) -> tuple[int, str, bytes]:
+    def authorized(self, head: bytes) -> bool:
+        if self.token is None:
+            return True
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    given.strip(), self.token.encode())
+        return False
+
+    def answer(self, path: str, authorized: bool = True) -> tuple[int, str, bytes]:
         node_server = self.server
         route, _, query = path.partition("?")
+        if route in PROTECTED and not authorized:
+            return 401, "text/plain", b"token required\n"
         if route == "/health":
             return 200, "text/plain", b"ok\n"
         if route == "/leader":
@@ -78,8 +101,8 @@ class AdminServer:
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
-                code, kind, body = self.answer(parts[1])
-            reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
+                code, kind, body = self.answer(parts[1], self.authorized(head))
+            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
             writer.write(
                 f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n\r\n".encode() + (body if parts[0] == "GET" else b"")
