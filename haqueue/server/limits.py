@@ -40,6 +40,8 @@ MAX_IN_FLIGHT_BYTES = 4 * 1024 * 1024
 # Commands one connection may run before the loop serves others (fairness):
 # enough that a pipelined window of puts still rides in one Raft entry.
 COMMANDS_PER_TURN = 128
+# ...and at most this long: expensive commands (stats, ~0.1 ms each) get fewer.
+TURN_SECONDS = 0.0005
 # Descriptors the node needs besides client connections: the listeners, the
 # journal, Raft peers, the admin port, the loop's own.
 RESERVED_FDS = 64

@@ -17,7 +17,7 @@ reply is written. The pipeline also stops while the transport's unsent output
 is over its high-water mark (`pause_writing`) and goes on when it drains
 (`resume_writing`); a client that sends but never reads is closed at the hard
 bound, or after output_timeout. For fairness a connection runs at most
-COMMANDS_PER_TURN commands, then yields to the loop so other connections,
+COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop so other connections,
 new accepts and the admin port are served before it goes on.
 
 use, watch and ignore change only this connection (not logged). Tube
@@ -34,13 +34,14 @@ import asyncio
 import logging
 from collections import deque
 from functools import partial
+from time import perf_counter
 
 from haqueue.core import commands as C
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.limits import (
-    COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
+    COMMANDS_PER_TURN, INPUT_HIGH, TURN_SECONDS, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
     OUTPUT_LOW,
 )
 from haqueue.server.ordered_set import SwapRemoveList
@@ -220,6 +221,7 @@ class Session(asyncio.Protocol):
         parser = self.parser
         counters = self.server.counters.commands
         budget = COMMANDS_PER_TURN
+        turn_ends = perf_counter() + TURN_SECONDS
         self.starved = False
         while (not self.reserving and not self.blocked_on_writes and not self.quitting
                and self.lease_timer is None and not self.output_paused
@@ -233,7 +235,7 @@ class Session(asyncio.Protocol):
                     self.starved = True
                     break
                 queue.append(event)
-            if not budget:
+            if not budget or perf_counter() > turn_ends:
                 self._yield_turn()
                 break
             budget -= 1
