@@ -71,6 +71,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
 @click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
+@click.option("--flood", is_flag=True,
+              help="Hostile-client benchmark: a synchronous client's put latency idle and while "
+                   "another connection floods stats (--server/--compare; --jobs: puts per phase).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -96,6 +99,7 @@ def bench(
     compare_with: str,
     durable: bool,
     memory_jobs: int | None,
+    flood: bool,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
@@ -120,6 +124,17 @@ def bench(
         )
     if memory_jobs and cluster:
         raise click.ClickException("--memory starts its own servers: use --server or --compare")
+    if flood and (not kinds or memory_jobs or durable):
+        raise click.ClickException("--flood starts its own servers: use --server or --compare, alone")
+    if flood:
+        from haqueue.bench.flood import SAMPLES, flood_servers, format_flood
+
+        try:
+            with _sigterm_as_interrupt():
+                click.echo(format_flood(flood_servers(kinds, jobs or SAMPLES)))
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
     if json_path is not None:

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.support.hostile import FLOOD_RSS_BOUND, Flood, check_flood_is_contained, current_connections
+from haqueue.bench.flood import Flood
+from tests.support.hostile import FLOOD_RSS_BOUND, check_flood_is_contained, current_connections
 from tests.support.servers import ConnectionClosed, RawConn, haqueue
 
 

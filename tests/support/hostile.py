@@ -1,104 +1,27 @@
 """A client that never reads, and the check that a node survives it.
 
-Owns: `Flood`, one connection (plain or TLS) that pipelines a command (by
-default 20 MB of `stats`, as in issue 11) from a thread and never reads a
-reply; `RssSampler`, the peak resident set of a server process (psutil);
-`check_flood_is_contained`, the scenario the single-node and the cluster
+Owns `check_flood_is_contained`, the scenario the single-node and the cluster
 tests share: while the flood runs another client's puts are answered, the
 server's memory stays within a bound, TCP pushes back on the flooder, and
-once it leaves memory is where it was.
+once it leaves memory is where it was. The flooder (20 MB of `stats`, as in
+issue 11, never reading) and the RSS sampler are the benchmark's
+(haqueue/bench/flood.py).
 """
 
 from __future__ import annotations
 
-import socket
 import ssl
-import threading
 import time
 from dataclasses import dataclass, field
 
 import psutil
 
+from haqueue.bench.flood import Flood, RssSampler
 from tests.support.servers import RawConn
 
-FLOOD_BYTES = 20_000_000
 # The documented bound (docs/reliability.md, "Hostile clients"): a node's
 # resident memory grows by less than this while one client floods it.
 FLOOD_RSS_BOUND = 32 * 1024 * 1024
-
-
-class Flood:
-    """Send `total` bytes of `command` repeated, never reading; progress in .sent."""
-
-    def __init__(self, host: str, port: int, command: bytes = b"stats\r\n",
-                 total: int = FLOOD_BYTES, tls: ssl.SSLContext | None = None) -> None:
-        sock = socket.create_connection((host, port), timeout=5)
-        if tls is not None:
-            sock = tls.wrap_socket(sock, server_hostname=host)
-        sock.settimeout(0.2)
-        self.sock = sock
-        self.payload = command * (total // len(command))
-        self.sent = 0
-        self.last_progress = time.monotonic()
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "Flood":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        view = memoryview(self.payload)
-        try:
-            while self.sent < len(self.payload) and not self._stop.is_set():
-                try:
-                    n = self.sock.send(view[self.sent:self.sent + 65536])
-                except (socket.timeout, ssl.SSLWantWriteError):
-                    continue
-                self.sent += n
-                self.last_progress = time.monotonic()
-        except OSError as exc:  # the server closed it (output limit)
-            self.error = exc
-
-    @property
-    def done(self) -> bool:
-        return self.sent >= len(self.payload)
-
-    def stalled_for(self) -> float:
-        return time.monotonic() - self.last_progress
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-class RssSampler:
-    """Samples a process's resident set every `period` seconds in a thread; .peak, .last."""
-
-    def __init__(self, pid: int, period: float = 0.05) -> None:
-        self.process = psutil.Process(pid)
-        self.period = period
-        self.peak = self.last = self.process.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "RssSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            self.last = self.process.memory_info().rss
-            self.peak = max(self.peak, self.last)
 
 
 @dataclass
