@@ -86,6 +86,7 @@ class Session(asyncio.Protocol):
         self.held_bytes = 0  # replies in `slots`, not yet handed to the transport
         self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
         self.starved = True  # the pipeline stopped for want of input, not blocked
+        self.peer_done = False  # the client shut down its sending side
         self.blocked_on_writes = False
         self.reserving = False
         self.reserve_in_flight = False
@@ -166,7 +167,20 @@ class Session(asyncio.Protocol):
         self.abort()
 
     def eof_received(self):
-        return False  # close our side too, as beanstalkd does on read() == 0
+        # The client sends no more. What it sent before is still answered (a
+        # long pipeline may be turns away from done), then the connection
+        # closes, as beanstalkd's does once read() returns 0. A reserve still
+        # waiting ends it at once, as before. (A TLS transport closes at EOF
+        # whatever this returns.)
+        self.peer_done = True
+        self._close_when_done()
+        return True
+
+    def _close_when_done(self) -> None:
+        if self.peer_done and (self.starved or self.reserving) and not self.quitting:
+            self.quitting = True
+            if not self.slots and not self.closed:
+                self.transport.close()
 
     def connection_lost(self, exc) -> None:
         if self.closed:
@@ -271,6 +285,8 @@ class Session(asyncio.Protocol):
             self.held_stalled = True  # flush() continues once they are written
         if self.paused_reading:
             self._regulate_reading()
+        if self.peer_done:
+            self._close_when_done()
         if self.quitting and not self.slots and not self.closed:
             self.transport.close()
 

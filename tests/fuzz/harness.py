@@ -110,6 +110,7 @@ class ScriptedTransport(asyncio.Transport):
         self.reading = True
         self.closing = False
         self.lost = False
+        self.eof = False  # the peer shut its sending side
 
     def set_write_buffer_limits(self, high=None, low=None) -> None:
         self.high, self.low = high, low
@@ -181,12 +182,14 @@ def steps(data: bytes):
 
     Each step is one byte: low bit the connection, the rest the op; some ops take the
     next byte(s). 0 send raw bytes (length byte, then that many), 1 send a vocabulary
-    command (next byte: low 5 bits which, high 3 bits how many times less one), 2 the peer drains its replies (length byte * 64 bytes), 3 loop turns, 4 close.
+    command (next byte: low 5 bits which, high 3 bits how many times less one), 2 the peer
+    drains its replies (length byte * 64 bytes), 3 loop turns, 4 close, 5 the peer
+    half-closes.
     """
     i = 0
     while i < len(data):
         head = data[i]
-        conn, op = head & 1, (head >> 1) % 5
+        conn, op = head & 1, (head >> 1) % 6
         i += 1
         if op == 0:
             n = data[i] if i < len(data) else 0
@@ -202,8 +205,10 @@ def steps(data: bytes):
             i += 1
         elif op == 3:
             yield "turn", conn, None
-        else:
+        elif op == 4:
             yield "close", conn, None
+        else:
+            yield "eof", conn, None
 
 
 def _turns(loop: asyncio.AbstractEventLoop, count: int = 3) -> None:
@@ -246,7 +251,7 @@ def check_session(data: bytes) -> None:
     for op, conn, arg in steps(data):
         session, transport = sessions[conn], transports[conn]
         if op == "send":
-            if transport.closing or not arg:
+            if transport.closing or transport.eof or not arg:
                 continue
             # A paused transport does not read: the bytes wait in the kernel (here: dropped
             # as a slower sender would not have sent them yet). Bounds are checked below.
@@ -256,6 +261,11 @@ def check_session(data: bytes) -> None:
             transport.drain(arg)
         elif op == "turn":
             _turns(loop, 1)
+        elif op == "eof":
+            if not transport.closing and not transport.eof:
+                transport.eof = True
+                if not session.eof_received():
+                    transport.close()
         else:
             transport.close()
         for s, t in zip(sessions, transports):

@@ -16,7 +16,7 @@ import pytest
 
 from haqueue.bench.flood import Flood
 from tests.support.hostile import FLOOD_RSS_BOUND, check_flood_is_contained, current_connections
-from tests.support.servers import ConnectionClosed, RawConn, haqueue
+from tests.support.servers import ConnectionClosed, RawConn, beanstalkd, haqueue, split_replies
 
 
 @pytest.fixture
@@ -198,3 +198,17 @@ def test_ten_thousand_idle_connections_and_load_are_served(raise_nofile):
         finally:
             for sock in idle:
                 sock.close()
+
+
+def test_a_long_pipeline_then_half_close_is_answered_in_full_as_beanstalkd_does():
+    # `printf ... | nc`: everything is sent, then the sending side shuts; the
+    # node answers every command, however many turns that takes, then closes.
+    pipeline = b"put 0 0 60 1\r\nx\r\n" * 3000 + b"list-tube-used\r\n" * 3000
+    for start in (beanstalkd, haqueue):
+        with start() as srv, srv.connect() as conn:
+            conn.send(pipeline)
+            conn.sock.shutdown(socket.SHUT_WR)
+            replies, rest = split_replies(conn.wait_closed(timeout=30))
+            assert rest == b""
+            assert len(replies) == 6000, (srv.name, len(replies))
+            assert replies[-1] == b"USING default\r\n"
