@@ -102,7 +102,8 @@ class AdminServer:
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
                 code, kind, body = self.answer(parts[1], self.authorized(head))
-            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
+            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+                      503: "Service Unavailable"}[code]
             writer.write(
                 f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n\r\n".encode() + (body if parts[0] == "GET" else b"")

@@ -17,8 +17,9 @@ reply is written. The pipeline also stops while the transport's unsent output
 is over its high-water mark (`pause_writing`) and goes on when it drains
 (`resume_writing`); a client that sends but never reads is closed at the hard
 bound, or after output_timeout. For fairness a connection runs at most
-COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop so other connections,
-new accepts and the admin port are served before it goes on.
+COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop,
+so other connections, new accepts and the admin port are served before it
+goes on.
 
 use, watch and ignore change only this connection (not logged). Tube
 references are counted in the server's TubeDirectory.
@@ -41,8 +42,8 @@ from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.limits import (
-    COMMANDS_PER_TURN, INPUT_HIGH, TURN_SECONDS, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
-    OUTPUT_LOW,
+    COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
+    OUTPUT_LOW, TURN_SECONDS,
 )
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
@@ -115,10 +116,10 @@ class Session(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.parser.receive_data(data)
-        if not self.yielded:  # else the scheduled continuation gets to these bytes
-            self.pump()
-            self.flush()
-        self._regulate_reading()
+        if self.yielded:  # the scheduled continuation gets to these bytes
+            self._regulate_reading()
+        else:
+            self._serve_pipeline()
 
     def _regulate_reading(self) -> None:
         """Read while the pipeline wants input; stop once a blocked one has INPUT_HIGH buffered.
@@ -149,9 +150,7 @@ class Session(asyncio.Protocol):
             self.output_timer.cancel()
             self.output_timer = None
         if not self.closed and not self.yielded:
-            self.pump()
-            self.flush()
-            self._regulate_reading()
+            self._serve_pipeline()
 
     def _output_timed_out(self) -> None:
         self.output_timer = None
@@ -296,8 +295,11 @@ class Session(asyncio.Protocol):
 
     def _next_turn(self) -> None:
         self.yielded = False
-        if self.closed:
-            return
+        if not self.closed:
+            self._serve_pipeline()
+
+    def _serve_pipeline(self) -> None:
+        """Run what can run, write what is answered, and read only as much as fits."""
         self.pump()
         self.flush()
         self._regulate_reading()
@@ -309,10 +311,8 @@ class Session(asyncio.Protocol):
 
     def _lease_recheck(self) -> None:
         self.lease_timer = None
-        if self.closed:
-            return
-        self.pump()
-        self.flush()
+        if not self.closed:
+            self._serve_pipeline()
 
     def _submit(self, command: tuple, body_bytes: int = 0) -> None:
         slot = [None]

@@ -47,12 +47,12 @@ def test_fuzz_for_a_bounded_time(target, tmp_path):
     found = tmp_path / "new"
     found.mkdir()
     result = subprocess.run(
-        [sys.executable, str(HERE / f"fuzz_{target}.py"), str(found), str(HERE / "corpus" / target),
+        [sys.executable, str(HERE / "fuzz.py"), target, str(found), str(HERE / "corpus" / target),
          f"-max_total_time={FUZZ_SECONDS}", "-timeout=10", "-rss_limit_mb=1024", "-max_len=4096",
          f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
         capture_output=True, text=True, timeout=FUZZ_SECONDS + 120, cwd=tmp_path)
     crashes = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "timeout-", "oom-")))
     assert result.returncode == 0 and not crashes, (
-        f"fuzz_{target} found {crashes} in {tmp_path}:\n{result.stderr[-4000:]}")
+        f"fuzz.py {target} found {crashes} in {tmp_path}:\n{result.stderr[-4000:]}")
     runs = [line for line in result.stderr.splitlines() if "stat::number_of_executed_units" in line]
     assert runs and int(runs[0].split(":")[-1]) > 100, result.stderr[-2000:]

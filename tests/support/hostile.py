@@ -48,8 +48,12 @@ def current_connections(host: str, port: int, connect=RawConn) -> int:
 
 def check_flood_is_contained(host: str, port: int, pid: int, min_seconds: float = 3.0,
                              max_seconds: float = 20.0, tls: ssl.SSLContext | None = None,
-                             connect=RawConn) -> FloodReport:
-    """Flood (host, port) with unread stats; assert the node keeps its bounds. Returns figures."""
+                             connect=RawConn, also=None) -> FloodReport:
+    """Flood (host, port) with unread stats; assert the node keeps its bounds. Returns figures.
+
+    Throughout, a connected client's puts are answered, new connections are accepted and
+    answered, and `also()` (e.g. an admin-port check) is called now and then.
+    """
     process = psutil.Process(pid)
     with connect(host, port) as warm:  # let the node allocate what any first client costs
         warm.send(b"stats\r\nput 0 0 60 1\r\nx\r\n")
@@ -62,13 +66,20 @@ def check_flood_is_contained(host: str, port: int, pid: int, min_seconds: float 
             started = time.monotonic()
             while True:
                 elapsed = time.monotonic() - started
-                if elapsed > max_seconds or (elapsed > min_seconds and (flood.done or flood.stalled_for() > 1.0)):
+                pushed_back = flood.done or flood.stalled_for() > 1.0
+                if elapsed > max_seconds or (elapsed > min_seconds and pushed_back):
                     break
                 t0 = time.perf_counter()
                 other.send(b"put 0 0 60 5\r\nhello\r\n")
                 reply = other.recv_reply(timeout=2)  # served throughout: never 2 s without an answer
                 latencies.append(time.perf_counter() - t0)
                 assert reply.startswith(b"INSERTED "), reply
+                if len(latencies) % 200 == 1:
+                    with connect(host, port, timeout=2) as newcomer:  # accepts go on too
+                        newcomer.send(b"list-tube-used\r\n")
+                        assert newcomer.recv_reply(timeout=2) == b"USING default\r\n"
+                    if also is not None:
+                        also()
             assert flood.error is None, f"the flooder was cut off: {flood.error!r}"
             assert not flood.done, "the node read all 20 MB: nothing pushed back on the flooder"
             sent = flood.sent
