@@ -106,14 +106,33 @@ def resident_bytes() -> int:
 
 
 class MemoryGauge:
-    """Polls the resident set; `over` is True while it exceeds the limit (0: never)."""
+    """Whether a put still fits under the resident-memory limit (0: no limit).
+
+    The resident set is read every MEMORY_POLL_S; in between, each admitted
+    put counts an estimate of what it will hold (its body twice, in the log
+    entry and in the job, plus PUT_OVERHEAD for the records), so a burst of
+    big puts cannot run far past the limit before the next reading.
+    """
+
+    PUT_OVERHEAD = 1024
 
     def __init__(self, loop, limit: int) -> None:
         self.loop = loop
         self.limit = limit
         self.rss = resident_bytes()
+        self.pending = 0  # estimated bytes admitted since the last reading
         self.over = False
         self._handle = None
+
+    def admits(self, body_size: int) -> bool:
+        if not self.limit:
+            return True
+        cost = 2 * body_size + self.PUT_OVERHEAD
+        if self.rss + self.pending + cost > self.limit:
+            self._note(True)
+            return False
+        self.pending += cost
+        return True
 
     def start(self) -> None:
         self._poll()
@@ -125,10 +144,14 @@ class MemoryGauge:
 
     def _poll(self) -> None:
         self.rss = resident_bytes()
-        over = bool(self.limit) and self.rss > self.limit
+        self.pending = 0
+        if self.limit:
+            self._note(self.rss > self.limit)
+        self._handle = self.loop.call_later(MEMORY_POLL_S, self._poll)
+
+    def _note(self, over: bool) -> None:
         if over != self.over:
             log.warning("resident memory %d MiB is %s the limit %d MiB: puts %s",
-                        self.rss >> 20, "over" if over else "back under", self.limit >> 20,
+                        self.rss >> 20, "at" if over else "back under", self.limit >> 20,
                         "answer OUT_OF_MEMORY" if over else "are accepted again")
             self.over = over
-        self._handle = self.loop.call_later(MEMORY_POLL_S, self._poll)

@@ -349,7 +349,7 @@ class Session(asyncio.Protocol):
         if server.draining:
             self._reply(P.DRAINING)
             return
-        if server.memory.over:
+        if not server.memory.admits(len(body)):
             # The memory high-water mark: refuse what adds jobs, as
             # beanstalkd does when malloc fails, rather than be OOM-killed.
             server.counters.out_of_memory_replies += 1

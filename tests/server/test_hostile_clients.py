@@ -139,7 +139,7 @@ def test_a_node_filling_up_refuses_puts_instead_of_growing_without_end():
                 assert reply.startswith(b"INSERTED ")
         assert refused > 10
         rss = int(stat(conn, "haqueue-memory-rss"))
-        # The gauge is read every 0.1 s: a few more puts than the limit allows get in.
+        # Between readings (every 0.1 s) admitted puts count an estimate of their cost.
         assert rss < limit + 16 * (1 << 20), f"rss {rss >> 20} MiB, limit {limit >> 20} MiB"
         conn.send(b"reserve-with-timeout 0\r\n")
         job_id = conn.recv_reply().split()[1]
