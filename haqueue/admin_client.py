@@ -7,11 +7,12 @@ import json
 import socket
 
 
-def get(host: str, port: int, path: str, timeout: float = 0.5) -> tuple[int, bytes]:
+def get(host: str, port: int, path: str, timeout: float = 0.5,
+        token: str | None = None) -> tuple[int, bytes]:
     """(status, body); raises OSError when the node cannot be reached."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
         response = conn.getresponse()
         return response.status, response.read()
     except http.client.HTTPException as exc:
@@ -20,8 +21,9 @@ def get(host: str, port: int, path: str, timeout: float = 0.5) -> tuple[int, byt
         conn.close()
 
 
-def status(host: str, port: int, timeout: float = 0.5, digest: bool = False) -> dict:
-    code, body = get(host, port, "/status?digest=1" if digest else "/status", timeout)
+def status(host: str, port: int, timeout: float = 0.5, digest: bool = False,
+           token: str | None = None) -> dict:
+    code, body = get(host, port, "/status?digest=1" if digest else "/status", timeout, token)
     if code != 200:
         raise OSError(f"/status answered {code}")
     return json.loads(body)

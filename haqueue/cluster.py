@@ -17,6 +17,7 @@ Shape (keys may be added; these are relied on by tooling and docs):
     admin_port = 11500           # HTTP /health /leader /status
     secret = "change-me"         # encrypts Raft traffic
     virtual_router_id = 51       # VRRP router id, 1..255
+    admin_token = "..."          # optional: /status and /gc need "Authorization: Bearer ..."
 
     [[nodes]]
     id = "n1"
@@ -57,6 +58,17 @@ Shape (keys may be added; these are relied on by tooling and docs):
     tcp_timeout = 3600           # ip_vs idle timeout of an established connection
     nat_gateway = "192.0.2.1"    # NAT mode only: the real servers' gateway, held by the directors
 
+    [limits]                     # optional: what clients may hold (docs/reliability.md)
+    max_connections = 10000      # beyond it a new connection is closed at once, counted
+    max_tubes = 100000           # use/watch of a new tube beyond it: OUT_OF_MEMORY
+    max_watched_tubes = 1000     # per connection; watch beyond it: OUT_OF_MEMORY
+    max_memory = "0"             # resident bytes ("2GiB"); above it puts: OUT_OF_MEMORY; 0 = off
+    output_timeout = 60          # seconds a client may leave its replies unread before it is closed
+
+    [tls]                        # optional: TLS on the client port (same files on every node)
+    cert = "/etc/haqueue/tls/cert.pem"
+    key = "/etc/haqueue/tls/key.pem"
+
 The optional tables have defaults for every key; the defaults are the
 documented, tested choice (docs/operations.md explains each).
 """
@@ -70,6 +82,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from haqueue.server.limits import ClientLimits, parse_size
 
 DEFAULT_CLIENT_PORT = 11300  # beanstalkd's default port
 DEFAULT_RAFT_PORT = 11400
@@ -158,6 +172,14 @@ class LvsSettings:
 
 
 @dataclass(frozen=True)
+class TlsSettings:
+    """The client port's certificate chain and key ([tls]), PEM paths on every node."""
+
+    cert: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A validated cluster file."""
 
@@ -173,6 +195,9 @@ class Cluster:
     deploy: Deploy = Deploy()
     keepalived: KeepalivedSettings = KeepalivedSettings()
     lvs: LvsSettings = LvsSettings()
+    limits: ClientLimits = field(default_factory=ClientLimits)
+    tls: TlsSettings | None = None
+    admin_token: str | None = None
     source: str = "<memory>"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -306,12 +331,13 @@ class _Validator:
 
     def cluster(self, data: dict) -> Cluster:
         for key in data:
-            if key not in ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs"):
+            if key not in ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs", "limits", "tls"):
                 raise self.fail(key, "unknown table")
         c = self.table(data, "cluster")
         self.unknown_keys(
             c,
-            {"name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id"},
+            {"name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id",
+             "admin_token"},
             "cluster",
         )
         name = self.string(c, "name", "cluster")
@@ -332,6 +358,7 @@ class _Validator:
         admin_port = self.integer(c, "admin_port", "cluster", DEFAULT_ADMIN_PORT, 1, 65535)
         secret = self.string(c, "secret", "cluster")
         vrid = self.integer(c, "virtual_router_id", "cluster", DEFAULT_VIRTUAL_ROUTER_ID, 1, 255)
+        admin_token = self.string(c, "admin_token", "cluster") if "admin_token" in c else None
         defaults = {"client_port": client_port, "raft_port": raft_port, "admin_port": admin_port}
         nodes = self.members(data, "nodes", vip, defaults, required=True)
         directors = self.members(data, "directors", vip, defaults, required=False)
@@ -357,8 +384,40 @@ class _Validator:
             deploy=deploy,
             keepalived=keepalived,
             lvs=lvs,
+            limits=self.limits(data),
+            tls=self.tls(data),
+            admin_token=admin_token,
             source=self.source,
         )
+
+    def limits(self, data: dict) -> ClientLimits:
+        t = self.optional_table(
+            data, "limits",
+            {"max_connections", "max_tubes", "max_watched_tubes", "max_memory", "output_timeout"})
+        d = ClientLimits()
+        memory = t.get("max_memory", d.max_memory)
+        if isinstance(memory, bool) or not isinstance(memory, (int, str)):
+            raise self.fail("limits.max_memory", f"must be bytes or a size like \"2GiB\", not {memory!r}")
+        try:
+            memory = parse_size(str(memory))
+        except ValueError as exc:
+            raise self.fail("limits.max_memory", str(exc)) from None
+        return ClientLimits(
+            max_connections=self.integer(t, "max_connections", "limits", d.max_connections, 1, 10**7),
+            max_tubes=self.integer(t, "max_tubes", "limits", d.max_tubes, 1, 10**9),
+            max_watched_tubes=self.integer(t, "max_watched_tubes", "limits", d.max_watched_tubes, 1, 10**9),
+            max_memory=memory,
+            output_timeout=self.number(t, "output_timeout", "limits", d.output_timeout, 0, 86400),
+        )
+
+    def tls(self, data: dict) -> TlsSettings | None:
+        if "tls" not in data:
+            return None
+        t = self.optional_table(data, "tls", {"cert", "key"})
+        for key in ("cert", "key"):
+            if key not in t:
+                raise self.fail(f"tls.{key}", "missing: TLS needs both cert and key")
+        return TlsSettings(cert=self.string(t, "cert", "tls"), key=self.string(t, "key", "tls"))
 
     def deploy(self, data: dict) -> Deploy:
         t = self.optional_table(data, "deploy", {"config_path", "haqueue_bin", "user", "data_dir"})

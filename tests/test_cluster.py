@@ -80,6 +80,19 @@ def test_optional_tables_are_read():
     assert c.deploy.user == "hq"
 
 
+def test_limits_tls_and_admin_token_are_read_with_documented_defaults():
+    c = parse_cluster(BASE)
+    assert (c.limits.max_connections, c.limits.max_tubes, c.limits.max_watched_tubes) == (10000, 100000, 1000)
+    assert (c.limits.max_memory, c.limits.output_timeout) == (0, 60.0)
+    assert c.tls is None and c.admin_token is None
+    c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\nadmin_token = "t0k"\n')
+                      + '[limits]\nmax_connections = 500\nmax_memory = "2GiB"\noutput_timeout = 5\n'
+                      + '[tls]\ncert = "/etc/haqueue/cert.pem"\nkey = "/etc/haqueue/key.pem"\n')
+    assert (c.limits.max_connections, c.limits.max_memory, c.limits.output_timeout) == (500, 2 << 30, 5.0)
+    assert (c.tls.cert, c.tls.key) == ("/etc/haqueue/cert.pem", "/etc/haqueue/key.pem")
+    assert c.admin_token == "t0k"
+
+
 def test_load_cluster_reports_a_missing_file(tmp_path):
     with pytest.raises(ClusterFileError, match=r"nope\.toml: no such file"):
         load_cluster(tmp_path / "nope.toml")
@@ -151,6 +164,12 @@ def test_each_problem_is_one_line_naming_the_key(old, new, expected):
         ('[lvs]\nconn_tab_bits = 24', "lvs.conn_tab_bits: 24 is out of range 8..20"),
         ('[deploy]\nconfig_path = "/etc/my cluster.toml"', "deploy.config_path: '/etc/my cluster.toml' must be"),
         ('deploy = 3', "deploy: must be a table"),
+        ('[limits]\nmax_connections = 0', "limits.max_connections: 0 is out of range 1..10000000"),
+        ('[limits]\nmax_memory = "lots"', "limits.max_memory: 'lots' is not a size"),
+        ('[limits]\nmax_memory = true', "limits.max_memory: must be bytes or a size"),
+        ('[limits]\noutput_timeout = "1m"', "limits.output_timeout: must be a number of seconds"),
+        ('[limits]\nmax_clients = 5', "limits.max_clients: unknown key"),
+        ('[tls]\ncert = "/etc/haqueue/cert.pem"', "tls.key: missing: TLS needs both cert and key"),
     ],
 )
 def test_optional_table_problems_name_the_key(table, expected):

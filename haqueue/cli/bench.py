@@ -82,6 +82,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start-up benchmark: exec the started server(s) N times; report the time "
                    "to listening and to the first put answered.")
+@click.option("--flood", is_flag=True,
+              help="Hostile-client benchmark: a synchronous client's put latency idle and while "
+                   "another connection floods stats (--server/--compare; --jobs: puts per phase).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -110,6 +113,7 @@ def bench(
     scrape_tubes: int | None,
     timer_count: int | None,
     startup_count: int | None,
+    flood: bool,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
@@ -157,6 +161,17 @@ def bench(
         raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
     if timer_count and compare_cluster:
         raise click.ClickException("--timers takes --cluster or --compare, not both")
+    if flood and (not kinds or memory_jobs or durable):
+        raise click.ClickException("--flood starts its own servers: use --server or --compare, alone")
+    if flood:
+        from haqueue.bench.flood import SAMPLES, flood_servers, format_flood
+
+        try:
+            with _sigterm_as_interrupt():
+                click.echo(format_flood(flood_servers(kinds, jobs or SAMPLES)))
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
     if memory_jobs and not kinds:
         raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
     if json_path is not None:

@@ -17,7 +17,8 @@ def collect(cluster, timeout: float = 0.5, digest: bool = False) -> list[dict]:
     def one(member):
         row = {"node": member.id, "address": member.address}
         try:
-            status = admin_client.status(member.address, member.admin_port, timeout, digest)
+            status = admin_client.status(member.address, member.admin_port, timeout, digest,
+                                         token=cluster.admin_token)
         except (OSError, ValueError):
             row.update(reachable=False)
         else:

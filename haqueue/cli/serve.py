@@ -10,6 +10,11 @@ the binary, the short flags mean what they mean to beanstalkd 1.12:
   -c / -n   compact the journal (default) / never compact it
   -u USER   run as USER                         -V       more logging (repeatable)
   -v        print the version                   -h       help
+haqueue's own flags bound what clients may hold (--max-connections,
+--max-tubes, --max-watched-tubes, --max-memory, --output-timeout), put TLS on
+the client port (--tls-cert/--tls-key) and guard the admin port's /status
+(--admin-token); with --config they default to the cluster file's [limits],
+[tls] and cluster.admin_token, and a flag given here wins.
 A single node is a one-node Raft cluster: the same code path as three nodes.
 With --config FILE --node ID the node runs as part of the cluster the file
 describes. Like beanstalkd, a listening socket handed over by systemd socket
@@ -22,6 +27,8 @@ import asyncio
 import os
 import pwd
 import socket
+import ssl
+import sys
 
 import click
 
@@ -109,8 +116,25 @@ def _drop_privileges(user: str) -> None:
 @click.option("--admin", "admin", default=None, metavar="HOST:PORT",
               help="Serve the HTTP admin endpoint (/, /metrics, /health, /leader, /status) here.")
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line (ts, level, msg, event fields).")
+@click.option("--admin-token", default=None, metavar="TOKEN",
+              help="/status and /gc need 'Authorization: Bearer TOKEN' (for an admin port beyond loopback).")
+@click.option("--max-connections", type=click.IntRange(1, None), default=None,
+              help="Client connections served at once; more are closed at once. [default: 10000]")
+@click.option("--max-tubes", type=click.IntRange(1, None), default=None,
+              help="Tubes at once; use/watch of one more answers OUT_OF_MEMORY. [default: 100000]")
+@click.option("--max-watched-tubes", type=click.IntRange(1, None), default=None,
+              help="Tubes one connection may watch; more answers OUT_OF_MEMORY. [default: 1000]")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Resident memory (e.g. 2GiB) above which puts answer OUT_OF_MEMORY. [default: 0, off]")
+@click.option("--output-timeout", type=click.FloatRange(0, None), default=None, metavar="SECONDS",
+              help="Close a client whose unread replies stay over 64 KiB this long; 0: never. [default: 60]")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+              help="Serve clients over TLS with this certificate chain (PEM); needs --tls-key.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+              help="The private key (PEM) for --tls-cert.")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
-          verbose, show_version, config_path, node_id, admin, log_json) -> None:
+          verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -154,6 +178,8 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
             max_job_size=max_job_size,
             early_signals=early_signals,
         )
+    _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
+                          max_memory, output_timeout, tls_cert, tls_key)
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")
         if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -175,6 +201,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         code = run_event_loop(server.run())
     except _startup_errors() as exc:
         raise HaqueueError(str(exc)) from None
+
     if server.fatal:
         raise HaqueueError(server.fatal)
     if code:
@@ -207,8 +234,44 @@ def _startup_errors():
     return (SyncObjException, JournalError, SnapshotError)
 
 
+def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
+                          max_memory, output_timeout, tls_cert, tls_key) -> None:
+    """Flags given on the command line win over the cluster file's (already in options)."""
+    from haqueue.server.app import TlsFiles
+    from haqueue.server.limits import parse_size
+
+    limits = options.limits
+    if max_connections is not None:
+        limits.max_connections = max_connections
+    if max_tubes is not None:
+        limits.max_tubes = max_tubes
+    if max_watched_tubes is not None:
+        limits.max_watched_tubes = max_watched_tubes
+    if max_memory is not None:
+        try:
+            limits.max_memory = parse_size(max_memory)
+        except ValueError as exc:
+            raise HaqueueError(f"--max-memory: {exc}") from None
+    if output_timeout is not None:
+        limits.output_timeout = output_timeout
+    if admin_token is not None:
+        options.admin_token = admin_token
+    if (tls_cert is None) != (tls_key is None):
+        raise HaqueueError("--tls-cert and --tls-key go together")
+    if tls_cert is not None:
+        options.tls = TlsFiles(tls_cert, tls_key)
+    if options.tls is not None:
+        try:
+            options.tls.server_context()  # a bad file is one line now, not a failure at election
+        except (ssl.SSLError, OSError) as exc:
+            raise HaqueueError(f"TLS certificate {options.tls.cert} / key {options.tls.key}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
 def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
-    from haqueue.server.app import Listen, NodeOptions
+    import dataclasses
+
+    from haqueue.server.app import Listen, NodeOptions, TlsFiles
 
     cluster, me = load_cluster_file(config_path, node_id)
     return NodeOptions(
@@ -223,4 +286,7 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         name=f"{cluster.name}/{me.id}",
         members=[(n.id, n.address, n.admin_port, n.raft_endpoint) for n in cluster.nodes],
         node_id=me.id,
+        limits=dataclasses.replace(cluster.limits),
+        tls=TlsFiles(cluster.tls.cert, cluster.tls.key) if cluster.tls is not None else None,
+        admin_token=cluster.admin_token,
     )

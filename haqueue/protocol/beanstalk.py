@@ -206,14 +206,12 @@ def ok(body: bytes) -> bytes:
     return b"OK %d\r\n%b\r\n" % (len(body), body)
 
 
-def _yaml_value(value: object) -> bytes:
-    if isinstance(value, bool):  # before int: bool is an int
-        return b"true" if value else b"false"
-    if isinstance(value, int):
-        return b"%d" % value
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode("utf-8")
+def _yaml_value(value: object) -> str:
+    if value is True or value is False:  # before int: bool is an int
+        return "true" if value else "false"
+    if type(value) is bytes:
+        return value.decode("utf-8", "surrogateescape")  # written back byte for byte
+    return str(value)
 
 
 def yaml_dict(pairs: Iterable[tuple[str, object]]) -> bytes:
@@ -223,10 +221,10 @@ def yaml_dict(pairs: Iterable[tuple[str, object]]) -> bytes:
     true/false, str/bytes unquoted. beanstalkd quotes only `version` ("1.12" with its double
     quotes); pass that value already quoted. Tube names are not quoted.
     """
-    parts = [b"---\n"]
-    for key, value in pairs:
-        parts.append(b"%b: %b\n" % (key.encode("ascii"), _yaml_value(value)))
-    return b"".join(parts)
+    # One str, encoded once: a `stats` body has ~70 pairs, and a flood of stats
+    # spent most of its time here formatting bytes pair by pair (profiled).
+    text = "".join([f"{key}: {_yaml_value(value)}\n" for key, value in pairs])
+    return ("---\n" + text).encode("utf-8", "surrogateescape")
 
 
 def yaml_list(items: Iterable[str]) -> bytes:

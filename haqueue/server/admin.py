@@ -15,12 +15,20 @@ GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              for as long as the pass takes (~0.4 s per million jobs): ask a
              follower
 Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
+
+With a token (`--admin-token`, or the cluster file's cluster.admin_token),
+/status and /gc answer 401 unless the request carries
+`Authorization: Bearer TOKEN`: they show the cluster's shape and state, and
+/gc?collect=1 can stall the node. /health and /leader stay open, since
+keepalived's and the load balancers' checks ask them and they say nothing
+more than "up" and "leader".
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hmac
 import json
 import logging
 
@@ -29,13 +37,15 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192
+PROTECTED = ("/status", "/gc")
 
 
 class AdminServer:
-    def __init__(self, server, host: str, port: int) -> None:
+    def __init__(self, server, host: str, port: int, token: str | None = None) -> None:
         self.server = server
         self.host = host
         self.port = port
+        self.token = token
         self._listener: asyncio.AbstractServer | None = None
         self._metrics = None  # made on the first scrape: prometheus-client loads only if asked
 
@@ -49,10 +59,23 @@ class AdminServer:
             self._listener.close()
             await self._listener.wait_closed()
 
-    def answer(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+    def authorized(self, head: bytes) -> bool:
+        if self.token is None:
+            return True
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    given.strip(), self.token.encode())
+        return False
+
+    def answer(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
         """(status, content type, body); a long body may come as a list of chunks."""
         node_server = self.server
         route, _, query = path.partition("?")
+        if route in PROTECTED and not authorized:
+            return 401, "text/plain", b"token required\n"
         if route == "/":
             from haqueue.server.status_page import page
 
@@ -87,14 +110,14 @@ class AdminServer:
             return 200, "application/json", json.dumps(report, sort_keys=True).encode() + b"\n"
         return 404, "text/plain", b"not found\n"
 
-    async def answer_async(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
+    async def answer_async(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
         """`answer`, and the routes that wait for other nodes (/cluster)."""
         if path.partition("?")[0] == "/cluster" and self.server.node is not None:
             from haqueue.server.status_page import cluster_view
 
             view = await cluster_view(self.server)
             return 200, "application/json", json.dumps(view, sort_keys=True).encode() + b"\n"
-        return self.answer(path)
+        return self.answer(path, authorized)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -104,8 +127,9 @@ class AdminServer:
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
-                code, kind, body = await self.answer_async(parts[1])
-            reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}[code]
+                code, kind, body = await self.answer_async(parts[1], self.authorized(head))
+            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+                      503: "Service Unavailable"}[code]
             chunks = body if isinstance(body, list) else [body]
             length = sum(len(chunk) for chunk in chunks)
             head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"

@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +34,7 @@ from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
@@ -120,12 +122,50 @@ class NodeOptions:
     node_id: str | None = None
     # Signals that arrived before run() handled signals (haqueue/cli/early.py): () -> [signum]
     early_signals: Callable[[], list[int]] | None = None
+    limits: ClientLimits = field(default_factory=ClientLimits)
+    tls: "TlsFiles | None" = None
+    admin_token: str | None = None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The client port's certificate chain and private key (PEM files)."""
+
+    cert: str
+    key: str
+
+    def server_context(self) -> ssl.SSLContext:
+        """A server context (TLS 1.2+); ssl.SSLError/OSError name a bad file."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+# A client that opens a TLS connection and never completes the handshake is
+# dropped after this long (asyncio's default is 60 s).
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+class RefusedConnection(asyncio.Protocol):
+    """A connection beyond max_connections: closed at once, without a reply.
+
+    beanstalkd closes a connection it cannot make room for (prot.c h_accept,
+    make_conn failing) without a word; so does haqueue, and counts it.
+    """
+
+    def connection_made(self, transport) -> None:
+        transport.close()
+
+    def connection_lost(self, exc) -> None:
+        pass
 
 
 class QueueServer:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
         self.max_job_size = options.max_job_size
+        self.limits = options.limits
         self.loop: asyncio.AbstractEventLoop | None = None
         self.node: ReplicatedQueue | None = None
         self.batcher: Batcher | None = None
@@ -155,6 +195,8 @@ class QueueServer:
         self.admin_server = None
         self.collector: CollectorPolicy | None = None
         self._held_client_port: list[socket.socket] = []
+        self.memory: MemoryGauge | None = None
+        self._tls_context: ssl.SSLContext | None = None
 
     # ------------------------------------------------------------ properties
     @property
@@ -174,6 +216,11 @@ class QueueServer:
         self.collector.start()
         self.counters.started_ms = wall_ms()
         loop = self.loop
+        raise_fd_limit(self.limits)
+        if self.options.tls is not None:
+            self._tls_context = self.options.tls.server_context()
+        self.memory = MemoryGauge(loop, self.limits.max_memory)
+        self.memory.start()
         self._held_client_port = hold_client_port(self.options)
         self.node = ReplicatedQueue(
             self.options.raft_address,
@@ -202,7 +249,7 @@ class QueueServer:
         if self.options.admin is not None:
             from haqueue.server.admin import AdminServer
 
-            self.admin_server = AdminServer(self, *self.options.admin)
+            self.admin_server = AdminServer(self, *self.options.admin, token=self.options.admin_token)
             await self.admin_server.start()
         self.node.start()
         try:
@@ -226,6 +273,8 @@ class QueueServer:
         release_sockets(self._held_client_port)
         if self.collector is not None:
             self.collector.stop()
+        if self.memory is not None:
+            self.memory.stop()
         self._step_down(graceful=True)
         if self.admin_server is not None:
             await self.admin_server.stop()
@@ -269,15 +318,16 @@ class QueueServer:
     async def _open_listener(self) -> None:
         listen = self.options.listen
         factory = self._new_session
+        tls = self._tls_options()
         if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock)
+            self._listener = await self.loop.create_server(factory, sock=listen.sock, **tls)
         elif listen.unix_path:
             if os.path.exists(listen.unix_path):
                 os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path)
+            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path, **tls)
         else:
             self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024
+                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024, **tls
             )
             if listen.vip is not None and listen.vip != listen.host:
                 await self._open_vip_listener()
@@ -293,7 +343,8 @@ class QueueServer:
             sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((listen.vip, listen.port))
             sock.listen(1024)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock)
+            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock,
+                                                               **self._tls_options())
         except OSError as exc:
             # Another node on this host still holds it (a loopback cluster in
             # transition): try again shortly, for as long as we lead.
@@ -303,7 +354,19 @@ class QueueServer:
                 0.2, lambda: self.loop.create_task(self._open_vip_listener())
             )
 
-    def _new_session(self) -> Session:
+    def _tls_options(self) -> dict:
+        if self._tls_context is None:
+            return {}
+        return {"ssl": self._tls_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+
+    def _new_session(self) -> Session | RefusedConnection:
+        if len(self.sessions) >= self.limits.max_connections:
+            self.counters.rejected_connections += 1
+            if self.counters.rejected_connections & (self.counters.rejected_connections - 1) == 0:
+                # Logged at the 1st, 2nd, 4th, 8th... refusal: visible, never a flood.
+                log.warning("max-connections %d reached: refused %d connection(s) so far",
+                            self.limits.max_connections, self.counters.rejected_connections)
+            return RefusedConnection()
         self.conn_serial += 1
         return Session(self, (self.epoch << 32) | self.conn_serial)
 
@@ -477,8 +540,23 @@ class QueueServer:
             return server_stats(
                 self.state, self.directory, self.counters, self.sessions, len(self.waiters),
                 wall_ms(), self.max_job_size, self.draining,
-                journal=self.node.journal, raft=raft,
+                journal=self.node.journal, raft=raft, limits=self.limits_report(),
             )
+
+    def limits_report(self) -> list[tuple[str, int]]:
+        """The client limits and what they did, for `stats` (haqueue-* keys)."""
+        limits, counters = self.limits, self.counters
+        return [
+            ("max-connections", limits.max_connections),
+            ("rejected-connections", counters.rejected_connections),
+            ("max-tubes", limits.max_tubes),
+            ("max-watched-tubes", limits.max_watched_tubes),
+            ("max-memory", limits.max_memory),
+            ("memory-rss", self.memory.rss if self.memory is not None else 0),
+            ("out-of-memory-replies", counters.out_of_memory_replies),
+            ("output-limit-closes", counters.output_limit_closes),
+            ("tls", self._tls_context is not None),
+        ]
 
     def status(self) -> dict:
         """For the admin endpoint and `cluster status`."""

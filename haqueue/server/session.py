@@ -9,6 +9,18 @@ committed and applied (design.md I1). A command that reads replicated state
 waits until this connection's earlier writes are answered, so it sees them.
 A reserve holds the pipeline until it is answered, as in beanstalkd.
 
+Flow control (limits.py has the numbers). Commands are parsed only when the
+pipeline can take them, so a blocked connection's backlog stays as bytes in
+the parser, and reading stops once that passes INPUT_HIGH: TCP pushes back on
+the sender, as with beanstalkd, which reads the next command only after the
+reply is written. The pipeline also stops while the transport's unsent output
+is over its high-water mark (`pause_writing`) and goes on when it drains
+(`resume_writing`); a client that sends but never reads is closed at the hard
+bound, or after output_timeout. For fairness a connection runs at most
+COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop,
+so other connections, new accepts and the admin port are served before it
+goes on.
+
 use, watch and ignore change only this connection (not logged). Tube
 references are counted in the server's TubeDirectory.
 
@@ -29,11 +41,16 @@ import logging
 import time
 from collections import deque
 from functools import partial
+from time import perf_counter
 
 from haqueue.core import commands as C
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
+from haqueue.server.limits import (
+    COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
+    OUTPUT_LOW, TURN_SECONDS,
+)
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
 from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
@@ -45,9 +62,6 @@ log = logging.getLogger(__name__)
 # beanstalkd's SAFETY_MARGIN: a reserve answers DEADLINE_SOON when one of the
 # connection's jobs has less than this left of its time-to-run.
 SAFETY_MARGIN_MS = 1000
-# Stop reading from a client that has this many unanswered commands queued:
-# bounded memory per connection, and fairness between connections.
-MAX_QUEUED_COMMANDS = 4096
 
 _WRITE, _READ, _LOCAL, _RESERVE, _QUIT = range(5)
 _KIND = {
@@ -70,9 +84,16 @@ class Session(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.use = DEFAULT_TUBE
         self.watch = SwapRemoveList([DEFAULT_TUBE])
-        self.queue: deque = deque()
+        self.queue: deque = deque()  # at most the one parsed command the pipeline waits on
         self.slots: deque = deque()
         self.in_flight = 0
+        self.in_flight_bytes = 0  # put bodies submitted and not yet answered
+        self.output_paused = False  # the transport's unsent output is over OUTPUT_HIGH
+        self.output_timer: asyncio.TimerHandle | None = None
+        self.yielded = False  # used up its turn; a continuation is scheduled
+        self.held_bytes = 0  # replies in `slots`, not yet handed to the transport
+        self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
+        self.starved = True  # the pipeline stopped for want of input, not blocked
         self.blocked_on_writes = False
         self.reserving = False
         self.reserve_in_flight = False
@@ -93,6 +114,7 @@ class Session(asyncio.Protocol):
     # ------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=OUTPUT_HIGH, low=OUTPUT_LOW)
         server = self.server
         server.sessions.add(self)
         server.counters.total_connections += 1
@@ -103,30 +125,68 @@ class Session(asyncio.Protocol):
         directory.count_watch(DEFAULT_TUBE, 1)
 
     def data_received(self, data: bytes) -> None:
-        parser = self.parser
-        parser.receive_data(data)
-        queue = self.queue
-        need = P.NEED_DATA
-        eof = P.EOF
-        while True:
-            event = parser.next_event()
-            if event is need or event is eof:
-                break
-            queue.append(event)
-        self.pump()
-        if len(queue) > MAX_QUEUED_COMMANDS and not self.paused_reading and not self.closed:
-            self.paused_reading = True
-            self.transport.pause_reading()
-        self.flush()
+        self.parser.receive_data(data)
+        if self.yielded:  # the scheduled continuation gets to these bytes
+            self._regulate_reading()
+        else:
+            self._serve_pipeline()
+
+    def _regulate_reading(self) -> None:
+        """Read while the pipeline wants input; stop once a blocked one has INPUT_HIGH buffered.
+
+        A pipeline waiting for the rest of a command (a put's body) keeps
+        reading whatever it holds; one blocked on a reserve, on its writes, on
+        its output or on its turn leaves the rest in the kernel's buffers.
+        """
+        if self.closed:
+            return
+        pause = not self.starved and self.parser.buffered >= INPUT_HIGH
+        if pause != self.paused_reading:
+            self.paused_reading = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self.output_paused = True
+        timeout = self.server.limits.output_timeout
+        if timeout > 0 and self.output_timer is None:
+            self.output_timer = self.server.loop.call_later(timeout, self._output_timed_out)
+
+    def resume_writing(self) -> None:
+        self.output_paused = False
+        if self.output_timer is not None:
+            self.output_timer.cancel()
+            self.output_timer = None
+        if not self.closed and not self.yielded:
+            self._serve_pipeline()
+
+    def _output_timed_out(self) -> None:
+        self.output_timer = None
+        self._close_for_output("stayed over %d bytes for %gs" % (
+            OUTPUT_HIGH, self.server.limits.output_timeout))
+
+    def _close_for_output(self, why: str) -> None:
+        if self.closed:
+            return
+        self.server.counters.output_limit_closes += 1
+        log.warning("closing client %s: its unsent replies %s (it does not read)",
+                    self.transport.get_extra_info("peername"), why)
+        self.abort()
 
     def eof_received(self):
-        # Keep our side open until every command read so far is answered;
-        # a reserve that is waiting now gives up (try_reserve).
+        # The client sends no more. Every command it sent is still answered (a
+        # long pipeline may be turns away from done), a reserve still waiting
+        # answers TIMED_OUT (protocol.txt, as beanstalkd 1.12 does), then the
+        # connection closes, as beanstalkd's does once read() returns 0. (A TLS
+        # transport closes at EOF whatever this returns.)
         self.half_closed = True
         if self.reserving and not self.reserve_in_flight:
             self.try_reserve()
-        self.pump()
-        self.flush()
+        if not self.yielded:
+            self._serve_pipeline()
+        self._close_if_done()
         return True
 
     def connection_lost(self, exc) -> None:
@@ -136,6 +196,9 @@ class Session(asyncio.Protocol):
         if self.parser.put_pending:
             self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
+        if self.output_timer is not None:
+            self.output_timer.cancel()
+            self.output_timer = None
         if self.lease_timer is not None:
             self.lease_timer.cancel()
             self.lease_timer = None
@@ -166,26 +229,56 @@ class Session(asyncio.Protocol):
         out = []
         while slots and slots[0][0] is not None:
             out.append(slots.popleft()[0])
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self.held_bytes -= len(data)
+        transport = self.transport
+        transport.write(data)
+        if self.output_paused and transport.get_write_buffer_size() > OUTPUT_HARD:
+            self._close_for_output("passed %d bytes" % OUTPUT_HARD)
+            return
+        if self.held_stalled and self.held_bytes < OUTPUT_HIGH:
+            self.held_stalled = False
+            if not self.yielded:
+                self._yield_turn()
         self._close_if_done()
 
     def _close_if_done(self) -> None:
         """After quit, or after end of input once every command read is answered."""
         if self.closed or self.slots:
             return
-        if self.quitting or (self.half_closed and not self.queue and not self.reserving):
+        if self.quitting or (self.half_closed and self.starved and not self.queue and not self.reserving):
             self.transport.close()
 
     def _reply(self, data: bytes) -> None:
         self.slots.append([data])
+        self.held_bytes += len(data)
 
     # ------------------------------------------------------------- pipeline
     def pump(self) -> None:
+        if self.yielded or self.closed:
+            return
         queue = self.queue
+        parser = self.parser
         counters = self.server.counters.commands
-        while (queue and not self.reserving and not self.blocked_on_writes and not self.quitting
-               and self.lease_timer is None):
-            event = queue[0]
+        budget = COMMANDS_PER_TURN
+        turn_ends = perf_counter() + TURN_SECONDS
+        self.starved = False
+        while (not self.reserving and not self.blocked_on_writes and not self.quitting
+               and self.lease_timer is None and not self.output_paused
+               and self.held_bytes < OUTPUT_HIGH
+               and self.in_flight < MAX_IN_FLIGHT and self.in_flight_bytes < MAX_IN_FLIGHT_BYTES):
+            if queue:
+                event = queue[0]
+            else:
+                event = parser.next_event()
+                if event is P.NEED_DATA or event is P.EOF:
+                    self.starved = True
+                    break
+                queue.append(event)
+            if not budget or perf_counter() > turn_ends:
+                self._yield_turn()
+                break
+            budget -= 1
             if type(event) is P.ProtocolError:
                 queue.popleft()
                 if event.counts_as is not None:
@@ -217,10 +310,26 @@ class Session(asyncio.Protocol):
                 self.abort()
                 return
             _HANDLERS[name](self, event.args)
-        if self.paused_reading and len(queue) < MAX_QUEUED_COMMANDS // 2 and not self.closed:
-            self.paused_reading = False
-            self.transport.resume_reading()
+        if self.held_bytes >= OUTPUT_HIGH:
+            self.held_stalled = True  # flush() continues once they are written
+        if self.paused_reading:
+            self._regulate_reading()
         self._close_if_done()
+
+    def _yield_turn(self) -> None:
+        self.yielded = True
+        self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.yielded = False
+        if not self.closed:
+            self._serve_pipeline()
+
+    def _serve_pipeline(self) -> None:
+        """Run what can run, write what is answered, and read only as much as fits."""
+        self.pump()
+        self.flush()
+        self._regulate_reading()
 
     LEASE_RECHECK_S = 0.01
 
@@ -229,25 +338,27 @@ class Session(asyncio.Protocol):
 
     def _lease_recheck(self) -> None:
         self.lease_timer = None
-        if self.closed:
-            return
-        self.pump()
-        self.flush()
+        if not self.closed:
+            self._serve_pipeline()
 
-    def _submit(self, command: tuple) -> None:
+    def _submit(self, command: tuple, body_bytes: int = 0) -> None:
         slot = [None]
         self.slots.append(slot)
         self.in_flight += 1
-        self.server.batcher.submit(command, partial(self._write_done, slot))
+        self.in_flight_bytes += body_bytes
+        self.server.batcher.submit(command, partial(self._write_done, slot, body_bytes))
 
-    def _write_done(self, slot: list, result) -> None:
+    def _write_done(self, slot: list, body_bytes: int, result) -> None:
+        full = self.in_flight >= MAX_IN_FLIGHT or self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES
         self.in_flight -= 1
+        self.in_flight_bytes -= body_bytes
         if self.closed:
             return
         if result is None:
             self.abort()
             return
-        slot[0] = reply_for(result)
+        reply = slot[0] = reply_for(result)
+        self.held_bytes += len(reply)
         if result[0] == "RESERVED":
             self.is_worker = True  # reserve-job: beanstalkd counts a worker on success only
             self.needs_lease = True
@@ -257,15 +368,24 @@ class Session(asyncio.Protocol):
         if self.in_flight == 0 and self.blocked_on_writes:
             self.blocked_on_writes = False
             self.pump()
+        elif full:
+            self.pump()
 
     # ------------------------------------------------------------ commands
     def _put(self, args) -> None:
         pri, delay, ttr, body = args
         self.is_producer = True
-        if self.server.draining:
+        server = self.server
+        if server.draining:
             self._reply(P.DRAINING)
             return
-        self._submit((C.PUT, self.use, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body))
+        if not server.memory.admits(len(body)):
+            # The memory high-water mark: refuse what adds jobs, as
+            # beanstalkd does when malloc fails, rather than be OOM-killed.
+            server.counters.out_of_memory_replies += 1
+            self._reply(P.OUT_OF_MEMORY)
+            return
+        self._submit((C.PUT, self.use, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body), len(body))
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
@@ -353,10 +473,29 @@ class Session(asyncio.Protocol):
         self._reply(P.ok(P.yaml_list(names)))
 
     # session-local ----------------------------------------------------------
+    def _tube_limit_reached(self, name: str) -> bool:
+        """True (and OUT_OF_MEMORY answered) if naming `name` would create one tube too many.
+
+        beanstalkd creates tubes until malloc fails and then answers
+        OUT_OF_MEMORY; haqueue answers the same at max_tubes.
+        """
+        server = self.server
+        directory = server.directory
+        if len(directory.order) < server.limits.max_tubes:
+            return False
+        with server.state_lock:
+            if directory.exists(name, server.state):
+                return False
+        server.counters.out_of_memory_replies += 1
+        self._reply(P.OUT_OF_MEMORY)
+        return True
+
     def _use(self, args) -> None:
         name = args[0]
         directory = self.server.directory
         if name != self.use:
+            if self._tube_limit_reached(name):
+                return
             directory.ref(name)
             directory.count_use(name, 1)
             old, self.use = self.use, name
@@ -366,6 +505,14 @@ class Session(asyncio.Protocol):
 
     def _watch(self, args) -> None:
         name = args[0]
+        if name not in self.watch:
+            if len(self.watch) >= self.server.limits.max_watched_tubes:
+                # beanstalkd: OUT_OF_MEMORY when the watch set cannot grow.
+                self.server.counters.out_of_memory_replies += 1
+                self._reply(P.OUT_OF_MEMORY)
+                return
+            if self._tube_limit_reached(name):
+                return
         if self.watch.append(name):
             directory = self.server.directory
             directory.ref(name)

@@ -88,12 +88,16 @@ class ServerCounters:
     def __init__(self) -> None:
         self.commands = dict.fromkeys(COUNTED_COMMANDS, 0)
         self.total_connections = 0
+        self.rejected_connections = 0  # beyond max_connections
+        self.output_limit_closes = 0  # closed for not reading their replies
+        self.out_of_memory_replies = 0  # OUT_OF_MEMORY answered (a limit reached)
         self.started_ms = 0
         self.instance_id = os.urandom(8).hex()
 
 
 def server_stats(state, directory, counters: ServerCounters, sessions, waiting: int, now: int,
-                 max_job_size: int, draining: bool, journal=None, raft: dict | None = None) -> bytes:
+                 max_job_size: int, draining: bool, journal=None, raft: dict | None = None,
+                 limits: list[tuple[str, object]] = ()) -> bytes:
     counts = state.counts()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     uname = platform.uname()
@@ -137,6 +141,7 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
     pairs.append(("haqueue-version", __version__))
     pairs.append(("haqueue-internal-errors", state.internal_errors))
     pairs.append(("haqueue-journal-syncs", journal.syncs if journal is not None else 0))
+    pairs += [(f"haqueue-{key}", value) for key, value in limits]
     if raft:
         for key, value in raft.items():
             pairs.append((f"raft-{key.replace('_', '-')}", "" if value is None else value))

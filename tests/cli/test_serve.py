@@ -72,3 +72,25 @@ def test_a_bad_cluster_file_is_one_line(tmp_path):
     result = run("--config", str(bad), "--node", "n1")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "cluster.vip: missing" in result.stderr
+
+
+def test_a_bad_max_memory_is_one_line():
+    result = run("-p", "0", "--max-memory", "lots")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "haqueue: --max-memory: 'lots' is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
+
+
+def test_limit_flags_show_in_stats():
+    srv = start_haqueue("--max-connections", "77", "--max-tubes", "9", "--max-watched-tubes", "4",
+                        "--max-memory", "3GiB")
+    try:
+        with RawConn(srv.host, srv.port) as conn:
+            conn.send(b"stats\r\n")
+            body = conn.recv_reply()
+        for line in (b"haqueue-max-connections: 77", b"haqueue-max-tubes: 9",
+                     b"haqueue-max-watched-tubes: 4", b"haqueue-max-memory: 3221225472",
+                     b"haqueue-tls: false", b"haqueue-rejected-connections: 0"):
+            assert b"\n" + line + b"\n" in body, line
+    finally:
+        srv.stop()

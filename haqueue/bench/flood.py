@@ -1,0 +1,206 @@
+"""The hostile-client benchmark: what one flooding connection costs everyone else.
+
+Method (docs/reliability.md, "Hostile clients"): a probe client puts one job at a time
+(send, wait for INSERTED, the next), as users' synchronous producers do, and its latency is
+taken three times, SAMPLES puts each: idle; while another connection pipelines `stats` and
+never reads a reply (issue 11's flood: 20 MB offered); and while another connection
+pipelines `stats` as fast as it can and reads every reply (the server never idles). The
+server's resident memory is sampled (psutil, by PID) throughout and read once the flooder
+has left. Started servers (beanstalkd, haqueue) are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from haqueue.bench.load import BenchError
+from haqueue.bench.report import Latencies, _mib, _table
+from haqueue.bench.servers import started
+
+SAMPLES = 2000
+FLOOD_BYTES = 20_000_000
+PUT = b"put 0 0 60 5\r\nhello\r\n"
+
+
+class Flood:
+    """One connection sending `command` repeated (`total` bytes) from a thread, never reading.
+
+    With read=True a second thread reads and discards every reply as fast as it can (a
+    heavy but well-behaved client). Progress in .sent; .error is what ended it early.
+    """
+
+    def __init__(self, host: str, port: int, command: bytes = b"stats\r\n", total: int = FLOOD_BYTES,
+                 tls: ssl.SSLContext | None = None, read: bool = False) -> None:
+        sock = socket.create_connection((host, port), timeout=5)
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=host)
+        sock.settimeout(0.2)
+        self.sock = sock
+        self.payload = command * (total // len(command))
+        self.sent = 0
+        self.received = 0
+        self.last_progress = time.monotonic()
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send, daemon=True)]
+        if read:
+            self._threads.append(threading.Thread(target=self._read, daemon=True))
+
+    def start(self) -> "Flood":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _send(self) -> None:
+        view = memoryview(self.payload)
+        try:
+            while not self._stop.is_set():
+                if self.sent >= len(self.payload):
+                    if len(self._threads) == 1:
+                        return
+                    self.sent = 0  # a reading flood goes on until stopped
+                try:
+                    n = self.sock.send(view[self.sent:self.sent + 65536])
+                except (socket.timeout, ssl.SSLWantWriteError):
+                    continue
+                self.sent += n
+                self.last_progress = time.monotonic()
+        except OSError as exc:  # the server closed it (output limit)
+            self.error = exc
+
+    def _read(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    data = self.sock.recv(1 << 20)
+                except (socket.timeout, ssl.SSLWantReadError):
+                    continue
+                if not data:
+                    return
+                self.received += len(data)
+        except OSError as exc:
+            self.error = exc
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= len(self.payload)
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self.last_progress
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class RssSampler:
+    """Samples a process's resident set every `period` seconds in a thread; .peak, .last."""
+
+    def __init__(self, pid: int, period: float = 0.05) -> None:
+        self.process = psutil.Process(pid)
+        self.period = period
+        self.peak = self.last = self.process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.last = self.process.memory_info().rss
+            except psutil.Error:
+                return
+            self.peak = max(self.peak, self.last)
+
+
+@dataclass
+class FloodResult:
+    server: str
+    idle: dict
+    unread: dict
+    reading: dict
+    rss_idle: int
+    rss_peak: int
+    rss_after: int
+
+
+def _probe(sock: socket.socket, samples: int) -> dict:
+    latencies = Latencies()
+    buf = b""
+    for _ in range(samples):
+        t0 = time.perf_counter_ns()
+        sock.sendall(PUT)
+        while b"\r\n" not in buf:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise BenchError("the server closed the probe connection")
+            buf += chunk
+        line, _, buf = buf.partition(b"\r\n")
+        latencies.add(time.perf_counter_ns() - t0)
+        if not line.startswith(b"INSERTED "):
+            raise BenchError(f"probe put: unexpected reply {line[:60]!r}")
+    return latencies.summary()
+
+
+def measure_flood(host: str, port: int, pid: int, server: str = "", samples: int = SAMPLES) -> FloodResult:
+    """The probe's put latency idle, under an unread flood, under a reading flood; RSS."""
+    process = psutil.Process(pid)
+    with socket.create_connection((host, port), timeout=10) as probe:
+        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _probe(probe, samples // 4)  # warm up
+        rss_idle = process.memory_info().rss
+        with RssSampler(pid) as rss:
+            idle = _probe(probe, samples)
+            for read in (False, True):
+                flood = Flood(host, port, read=read).start()
+                try:
+                    during = _probe(probe, samples)
+                finally:
+                    flood.close()
+                if read:
+                    reading = during
+                else:
+                    unread = during
+        time.sleep(1.0)  # let the server see the flooders go
+        return FloodResult(server, idle, unread, reading, rss_idle, rss.peak, process.memory_info().rss)
+
+
+def flood_servers(kinds: list[str], samples: int = SAMPLES) -> list[FloodResult]:
+    results = []
+    for kind in kinds:
+        with started(kind) as srv:
+            results.append(measure_flood(srv.host, srv.port, srv.pid, kind, samples))
+    return results
+
+
+def format_flood(results: list[FloodResult]) -> str:
+    header = ["server", "idle p50", "idle p99", "unread-flood p99", "x idle", "reading-flood p99",
+              "x idle", "RSS idle", "RSS peak", "RSS after"]
+    rows = []
+    for r in results:
+        rows.append([
+            r.server, f"{r.idle['p50']:.3f} ms", f"{r.idle['p99']:.3f} ms",
+            f"{r.unread['p99']:.3f} ms", f"{r.unread['p99'] / r.idle['p99']:.2f}",
+            f"{r.reading['p99']:.3f} ms", f"{r.reading['p99'] / r.idle['p99']:.2f}",
+            _mib(r.rss_idle), _mib(r.rss_peak), _mib(r.rss_after),
+        ])
+    return ("flood: a synchronous client's put latency, idle and while another connection floods "
+            "`stats`\n" + _table(header, rows))

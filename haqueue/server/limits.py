@@ -1,0 +1,157 @@
+"""What one node lets its clients hold: connections, tubes, buffers, memory.
+
+A careless or hostile client must not exhaust a node's memory or starve the
+others (design.md I8). This module owns the numbers and the few pieces of
+plumbing that enforce them outside a connection: the file-descriptor limit
+that makes `max_connections` possible, and the resident-memory gauge behind
+`max_memory`. The per-connection flow control that uses the buffer bounds
+lives in session.py.
+
+Per connection (docs/reliability.md, "Hostile clients", derives the total):
+- input: the parser holds at most INPUT_HIGH unconsumed bytes once the
+  pipeline is blocked (reading stops), plus one socket read, plus the one job
+  body being received (at most max_job_size);
+- output: commands stop being processed while the transport's unsent bytes
+  exceed OUTPUT_HIGH, and restart below OUTPUT_LOW, so at most OUTPUT_HIGH plus
+  one reply plus the replies of commands in flight;
+- in flight: at most MAX_IN_FLIGHT commands, MAX_IN_FLIGHT_BYTES of put bodies;
+- a connection whose unsent output passes OUTPUT_HARD is closed at once, and
+  one whose output stays above OUTPUT_HIGH for output_timeout seconds (it
+  sends but never reads) is closed then: Redis's client-output-buffer-limit,
+  hard and soft.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import resource
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+INPUT_HIGH = 64 * 1024
+OUTPUT_HIGH = 64 * 1024
+OUTPUT_LOW = 16 * 1024
+OUTPUT_HARD = 8 * 1024 * 1024
+MAX_IN_FLIGHT = 1024
+MAX_IN_FLIGHT_BYTES = 4 * 1024 * 1024
+# Commands one connection may run before the loop serves others (fairness):
+# enough that a pipelined window of puts still rides in one Raft entry.
+COMMANDS_PER_TURN = 128
+# ...and at most this long: expensive commands (stats, ~0.1 ms each) get fewer.
+TURN_SECONDS = 0.0005
+# Descriptors the node needs besides client connections: the listeners, the
+# journal, Raft peers, the admin port, the loop's own.
+RESERVED_FDS = 64
+# How often the resident set is read for max_memory (/proc/self/statm: cheap).
+MEMORY_POLL_S = 0.1
+
+
+@dataclass
+class ClientLimits:
+    """The limits `haqueue serve` flags and the cluster file's [limits] table set."""
+
+    max_connections: int = 10000
+    max_tubes: int = 100000
+    max_watched_tubes: int = 1000
+    max_memory: int = 0  # bytes of resident memory; 0: no limit
+    output_timeout: float = 60.0  # seconds a connection's output may stay over OUTPUT_HIGH
+
+
+_UNITS = {"": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+_SIZE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "536870912", "512MiB", "2GiB" or "2G"; ValueError names the problem."""
+    m = _SIZE.fullmatch(text)
+    unit = m[2].lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
+    return int(m[1]) * _UNITS[unit]
+
+
+def raise_fd_limit(limits: ClientLimits) -> None:
+    """Make room for max_connections descriptors, or lower max_connections to what fits.
+
+    As Redis does for maxclients: raise the soft RLIMIT_NOFILE toward the hard
+    one; if even that is too small, serve fewer connections and say so.
+    """
+    wanted = limits.max_connections + RESERVED_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        fitting = max(1, soft - RESERVED_FDS)
+        log.warning("open-files limit is %d: serving at most %d connections, not %d",
+                    soft, fitting, limits.max_connections)
+        limits.max_connections = fitting
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes() -> int:
+    """This process's resident set, from /proc/self/statm (one read, no psutil import)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+class MemoryGauge:
+    """Whether a put still fits under the resident-memory limit (0: no limit).
+
+    The resident set is read every MEMORY_POLL_S; in between, each admitted
+    put counts an estimate of what it will hold (its body twice, in the log
+    entry and in the job, plus PUT_OVERHEAD for the records), so a burst of
+    big puts cannot run far past the limit before the next reading.
+    """
+
+    PUT_OVERHEAD = 1024
+
+    def __init__(self, loop, limit: int) -> None:
+        self.loop = loop
+        self.limit = limit
+        self.rss = resident_bytes()
+        self.pending = 0  # estimated bytes admitted since the last reading
+        self.over = False
+        self._handle = None
+
+    def admits(self, body_size: int) -> bool:
+        if not self.limit:
+            return True
+        cost = 2 * body_size + self.PUT_OVERHEAD
+        if self.rss + self.pending + cost > self.limit:
+            self._note(True)
+            return False
+        self.pending += cost
+        return True
+
+    def start(self) -> None:
+        self._poll()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _poll(self) -> None:
+        self.rss = resident_bytes()
+        self.pending = 0
+        if self.limit:
+            self._note(self.rss > self.limit)
+        self._handle = self.loop.call_later(MEMORY_POLL_S, self._poll)
+
+    def _note(self, over: bool) -> None:
+        if over != self.over:
+            log.warning("resident memory %d MiB is %s the limit %d MiB: puts %s",
+                        self.rss >> 20, "at" if over else "back under", self.limit >> 20,
+                        "answer OUT_OF_MEMORY" if over else "are accepted again")
+            self.over = over

@@ -1,0 +1,292 @@
+"""What the fuzz targets check, without atheris: so the corpus and every regression replay in
+plain pytest too.
+
+`check_codec(data)`: the first bytes choose a max job size and how the stream is cut into
+reads; the rest is the stream. The codec must give only events, the same events however the
+stream is cut, and the same as the transliterated C read loop of beanstalkd 1.12
+(tests/protocol/test_beanstalk_fuzz.py's reference).
+
+`check_session(data)`: the session loop. Two client connections share one real
+`QueueServer`, `Session`, `Batcher` and core `QueueState`; only the Raft log (`InstantLog`
+applies each entry at once, in this thread) and the sockets (`ScriptedTransport`, whose
+peer reads only when the script says so) are stood in for, since a fuzzer needs thousands
+of runs a second. The input is a script of steps (`steps()`): bytes to a connection, the
+peer draining its replies, loop turns, a close. Checked: nothing raises; the core never
+counts an internal error; every byte written is a whole number of beanstalk replies of
+known kinds; a connection never holds more than the flow-control bounds promise
+(limits.py); once both close, every tube reference and reservation is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from haqueue.core.commands import decode_batch
+from haqueue.core.state import QueueState
+from haqueue.protocol import beanstalk as bs
+from haqueue.replication.raft_node import FAIL_SUCCESS
+from haqueue.server.app import Listen, NodeOptions, QueueServer
+from haqueue.server.batcher import Batcher
+from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, OUTPUT_HIGH, MemoryGauge
+from haqueue.server.session import Session
+from haqueue.server.tubes import DEFAULT_TUBE, TubeDirectory
+from tests.protocol.test_beanstalk_fuzz import assert_only_events, codec_events, reference_events
+from tests.support.servers import split_replies
+
+JOB_LIMITS = (0, 1, 5, 40, 65535)
+MAX_JOB_SIZE = 300  # the session target's -z: small, so JOB_TOO_BIG is reachable
+
+
+def check_codec(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    limit = JOB_LIMITS[data[0] % len(JOB_LIMITS)]
+    ncuts = data[1] % 8
+    cuts = [b + 1 for b in data[2 : 2 + ncuts]]
+    stream = data[2 + ncuts :]
+    whole = codec_events(stream, [], limit)
+    assert_only_events(whole)
+    assert codec_events(stream, cuts, limit) == whole
+    assert reference_events(stream, cuts, limit) == whole
+
+
+# --- the session loop ------------------------------------------------------------------------
+
+REPLY_WORDS = {
+    b"INSERTED", b"BURIED", b"RESERVED", b"FOUND", b"OK", b"USING", b"WATCHING", b"KICKED",
+    b"DELETED", b"RELEASED", b"TOUCHED", b"PAUSED", b"TIMED_OUT", b"DEADLINE_SOON",
+    b"NOT_FOUND", b"NOT_IGNORED", b"DRAINING", b"OUT_OF_MEMORY", b"BAD_FORMAT",
+    b"UNKNOWN_COMMAND", b"EXPECTED_CRLF", b"JOB_TOO_BIG",
+}
+# Commands the session script draws from, so the fuzzer reaches deep states quickly; it
+# mutates them and adds its own bytes as well.
+VOCABULARY = (
+    b"put 0 0 60 3\r\nabc\r\n", b"put 5 1 1 0\r\n\r\n", b"reserve-with-timeout 0\r\n",
+    b"reserve\r\n", b"delete 1\r\n", b"release 1 0 0\r\n", b"bury 1 0\r\n", b"touch 1\r\n",
+    b"kick 5\r\n", b"kick-job 1\r\n", b"peek 1\r\n", b"peek-ready\r\n", b"stats\r\n",
+    b"stats-job 1\r\n", b"stats-tube default\r\n", b"list-tubes\r\n", b"use a\r\n",
+    b"watch a\r\n", b"ignore default\r\n", b"ignore a\r\n", b"pause-tube a 1\r\n",
+    b"list-tubes-watched\r\n", b"reserve-job 1\r\n", b"quit\r\n",
+    b"put 0 0 60 400\r\n" + b"x" * 400 + b"\r\n",
+)
+
+
+class InstantLog:
+    """Stands in for ReplicatedQueue: a committed log of one, applied at once."""
+
+    def __init__(self) -> None:
+        self.state = QueueState()
+        self.state_lock = threading.RLock()
+        self.journal = None
+        self.stamp = 1_000_000
+
+    def submit(self, data: bytes, callback) -> None:
+        _, commands = decode_batch(data)
+        self.stamp += 7  # the log's own clock: deterministic, moving forward
+        with self.state_lock:
+            results = self.state.apply_batch(self.stamp, commands)
+        callback(results, FAIL_SUCCESS)
+
+    def read_lease_valid(self) -> bool:
+        return True
+
+    def status(self) -> dict:
+        return {}
+
+
+class ScriptedTransport(asyncio.Transport):
+    """The socket: keeps what the session writes until the peer `drain`s it, and calls
+    pause_writing/resume_writing at the marks the session set, as asyncio's would."""
+
+    def __init__(self, protocol: Session) -> None:
+        super().__init__()
+        self.protocol = protocol
+        self.unsent = bytearray()
+        self.received = bytearray()
+        self.high = 65536
+        self.low = 16384
+        self.writing_paused = False
+        self.reading = True
+        self.closing = False
+        self.lost = False
+        self.eof = False  # the peer shut its sending side
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        self.high, self.low = high, low
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.unsent)
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def write(self, data) -> None:
+        assert not self.lost, "write after connection_lost"
+        if self.closing:
+            return
+        self.unsent += data
+        if not self.writing_paused and len(self.unsent) > self.high:
+            self.writing_paused = True
+            self.protocol.pause_writing()
+
+    def drain(self, count: int) -> None:
+        taken = self.unsent[:count]
+        del self.unsent[:count]
+        self.received += taken
+        if self.writing_paused and len(self.unsent) <= self.low:
+            self.writing_paused = False
+            self.protocol.resume_writing()
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            asyncio.get_event_loop().call_soon(self._lose)
+
+    abort = close
+
+    def _lose(self) -> None:
+        if not self.lost:
+            self.received += self.unsent
+            self.unsent.clear()
+            self.lost = True
+            self.protocol.connection_lost(None)
+
+
+def make_server(loop: asyncio.AbstractEventLoop) -> QueueServer:
+    server = QueueServer(NodeOptions(listen=Listen(port=0), raft_address="127.0.0.1:0",
+                                     max_job_size=MAX_JOB_SIZE))
+    server.loop = loop
+    server.node = InstantLog()
+    server.memory = MemoryGauge(loop, 0)  # never polled: never over
+    server.batcher = Batcher(server.node, loop, server._after_entry)
+    server.directory = TubeDirectory()
+    server.serving = True
+    return server
+
+
+def steps(data: bytes):
+    """Decode a fuzz input into (op, connection, argument) steps.
+
+    Each step is one byte: low bit the connection, the rest the op; some ops take the
+    next byte(s). 0 send raw bytes (length byte, then that many), 1 send a vocabulary
+    command (next byte: low 5 bits which, high 3 bits how many times less one), 2 the peer
+    drains its replies (length byte * 64 bytes), 3 loop turns, 4 close, 5 the peer
+    half-closes.
+    """
+    i = 0
+    while i < len(data):
+        head = data[i]
+        conn, op = head & 1, (head >> 1) % 6
+        i += 1
+        if op == 0:
+            n = data[i] if i < len(data) else 0
+            yield "send", conn, data[i + 1 : i + 1 + n]
+            i += 1 + n
+        elif op == 1:
+            pick = data[i] if i < len(data) else 0
+            yield "send", conn, VOCABULARY[(pick & 31) % len(VOCABULARY)] * (1 + (pick >> 5))
+            i += 1
+        elif op == 2:
+            n = data[i] if i < len(data) else 255
+            yield "drain", conn, (n + 1) * 64
+            i += 1
+        elif op == 3:
+            yield "turn", conn, None
+        elif op == 4:
+            yield "close", conn, None
+        else:
+            yield "eof", conn, None
+
+
+def _turns(loop: asyncio.AbstractEventLoop, count: int = 3) -> None:
+    for _ in range(count):
+        loop.run_until_complete(asyncio.sleep(0))
+
+
+def _check_replies(received: bytes) -> None:
+    replies, rest = split_replies(received)
+    for reply in replies:
+        word = reply.split(b"\r\n", 1)[0].split(b" ", 1)[0]
+        assert word in REPLY_WORDS, reply
+    assert rest == b"", rest  # replies are written whole
+
+
+# Replies held back at once: the pipeline stops at OUTPUT_HIGH, plus the one reply that
+# crossed it, plus the replies of one turn's writes landing together.
+HELD_BOUND = OUTPUT_HIGH + COMMANDS_PER_TURN * (MAX_JOB_SIZE + 64) + 4096
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def check_session(data: bytes) -> None:
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop)
+    loop = _loop
+    errors: list = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    server = make_server(loop)
+    sessions, transports = [], []
+    for n in range(2):
+        session = Session(server, n + 1)
+        transport = ScriptedTransport(session)
+        session.connection_made(transport)
+        sessions.append(session)
+        transports.append(transport)
+    for op, conn, arg in steps(data):
+        session, transport = sessions[conn], transports[conn]
+        if op == "send":
+            if transport.closing or transport.eof or not arg:
+                continue
+            # A paused transport does not read: the bytes wait in the kernel (here: dropped
+            # as a slower sender would not have sent them yet). Bounds are checked below.
+            if transport.reading:
+                session.data_received(bytes(arg))
+        elif op == "drain":
+            transport.drain(arg)
+        elif op == "turn":
+            _turns(loop, 1)
+        elif op == "eof":
+            if not transport.closing and not transport.eof:
+                transport.eof = True
+                if not session.eof_received():
+                    transport.close()
+        else:
+            transport.close()
+        for s, t in zip(sessions, transports):
+            if not t.lost:
+                # The flow-control promises (limits.py): unparsed input stops being read
+                # at INPUT_HIGH; replies held back stop the pipeline at OUTPUT_HIGH.
+                assert t.reading or s.parser.buffered >= INPUT_HIGH, s.parser.buffered
+                assert s.held_bytes == sum(len(x[0]) for x in s.slots if x[0] is not None)
+                assert s.held_bytes < HELD_BOUND, s.held_bytes
+                assert len(s.queue) <= 1
+        assert not errors, errors
+    for transport in transports:
+        transport.drain(1 << 30)
+        transport.close()
+    _turns(loop, 5)
+    server._step_down(graceful=True)  # its timers must not fire into the next input
+    assert not errors, errors
+    state = server.node.state
+    assert state.internal_errors == 0
+    for transport in transports:
+        _check_replies(bytes(transport.received))
+    assert not server.sessions
+    assert server.directory.refs == {DEFAULT_TUBE: 1}
+    assert not state._reserved_by, "a closed connection still holds reservations"
