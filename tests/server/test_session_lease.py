@@ -39,6 +39,18 @@ class Transport(asyncio.Transport):
     def get_extra_info(self, name, default=None):
         return default
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
 
 class Node:
     lease = True
@@ -117,7 +129,7 @@ def test_a_touch_waits_for_the_lease_too():
         slot = [None]
         session.slots.append(slot)
         session.in_flight = 1
-        session._write_done(slot, ("TOUCHED",))
+        session._write_done(slot, 0, ("TOUCHED",))
         session.flush()
         await asyncio.sleep(0.05)
         before = transport.written
