@@ -25,6 +25,7 @@ import threading
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
 from haqueue.protocol import beanstalk as bs
+from haqueue.replication.observed import RaftObservations
 from haqueue.replication.raft_node import FAIL_SUCCESS
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.batcher import Batcher
@@ -80,6 +81,7 @@ class InstantLog:
         self.state_lock = threading.RLock()
         self.journal = None
         self.stamp = 1_000_000
+        self.observations = RaftObservations()  # the batcher records entry sizes there
 
     def submit(self, data: bytes, callback) -> None:
         _, commands = decode_batch(data)
