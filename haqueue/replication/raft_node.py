@@ -412,6 +412,7 @@ class ReplicatedQueue(SyncObj):
         self._commit_pending = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
         self._keepalive_period = timing.heartbeat
+        self.leader_fallback = timing.leader_fallback
         self._hear_window = timing.hear_window
         self._hears_majority = not partner_addresses
         self._election_min = timing.election_min
@@ -583,6 +584,23 @@ class ReplicatedQueue(SyncObj):
             return False
         since = lease_clock() - self._hear_window
         return self._is_majority(transport.peers_acknowledged_since(since) + 1)
+
+    def followed_within(self, seconds: float) -> bool:
+        """Has a majority acknowledged this leader's appends sent within `seconds`?
+
+        The leader check (admin /leader, what keepalived and LVS ask) uses it
+        with the leader fallback: pysyncobj steps a leader down after that long
+        without answers, but only when its tick runs. A leader whose tick
+        thread is stuck (an fsync stalled for seconds) never steps down while
+        the others elect a new leader; without this the VIP stayed on it and
+        clients waited out the whole stall.
+        """
+        if not self._partners:
+            return True
+        transport = self.transport
+        if transport is None or not self._isLeader():
+            return False
+        return self._is_majority(transport.peers_acknowledged_since(lease_clock() - seconds) + 1)
 
     def _is_majority(self, nodes: int) -> bool:
         """Do `nodes` (this one included) make a majority of the cluster?"""

@@ -83,7 +83,7 @@ class AdminServer:
         if route == "/health":
             return 200, "text/plain", b"ok\n"
         if route == "/leader":
-            if node_server.serving:
+            if node_server.leads_and_is_followed():
                 return 200, "text/plain", b"leader\n"
             return 503, "text/plain", b"not leader\n"
         if route == "/status":

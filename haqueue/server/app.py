@@ -558,6 +558,13 @@ class QueueServer:
             ("tls", self._tls_context is not None),
         ]
 
+    def leads_and_is_followed(self) -> bool:
+        """The leader check (admin /leader): serving clients, and a majority
+        answered this leader's appends within the leader fallback; false on a
+        leader whose Raft thread is stuck, which cannot step down by itself."""
+        node = self.node
+        return self.serving and node is not None and node.followed_within(node.leader_fallback)
+
     def status(self) -> dict:
         """For the admin endpoint and `cluster status`."""
         raft = self.node.status() if self.node is not None else {}

@@ -120,3 +120,32 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_leader_whose_thread_is_stuck_fails_the_leader_check_while_it_still_thinks_it_leads():
+    # An fsync stalled for seconds holds the tick thread: pysyncobj cannot step
+    # the leader down, the others elect a new one. The leader check (what
+    # keepalived asks, admin /leader) must fail so the VIP moves.
+    with running_cluster() as nodes:
+        leader = next(n for n in nodes if n._isLeader())
+        assert wait_for(lambda: leader.followed_within(leader.leader_fallback), 2)
+        release = threading.Event()
+        stuck = threading.Event()
+
+        def stall_once(sender, message):  # runs in the leader's tick thread
+            if not stuck.is_set():
+                stuck.set()
+                release.wait(5)  # the stall: this thread does nothing else meanwhile
+            return True
+
+        heal = _filter_at(leader, stall_once)
+        try:
+            assert stuck.wait(2)
+            others = [n for n in nodes if n is not leader]
+            assert wait_for(lambda: any(n._isLeader() for n in others), 3), "no new leader"
+            # Within the leader fallback of its last answered append:
+            assert wait_for(lambda: not leader.followed_within(leader.leader_fallback), 2)
+            assert leader._isLeader()  # though it cannot know yet
+        finally:
+            release.set()
+            heal()
