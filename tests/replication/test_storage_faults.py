@@ -175,9 +175,20 @@ def _serve_on_small_disk(data: Path, size: str, port: int, stderr_path: Path) ->
     mountpoint.mkdir()
     data.mkdir()
     with open(stderr_path, "wb") as err:
+        # A session of its own: the test stops the node with the wrapper (kill_group).
         return subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                                  "sh", str(mountpoint), str(data)],
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the wrapper and everything it started (the node inside the namespace)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 15) -> None:
@@ -212,9 +223,7 @@ def test_a_full_disk_stops_the_node_with_one_line_and_loses_nothing_acknowledged
         code = wait_exit(proc, 10)
         stopped_after = time.monotonic() - failed_at
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_group(proc)
     assert code == 1, f"the node was still running 10 s after its disk filled: {err.read_text()}"
     assert stopped_after < 5
     assert_one_line_error(err, "raft.journal: write failed: ENOSPC")
