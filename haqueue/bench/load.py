@@ -22,6 +22,11 @@ Rules:
   grow the queue without limit and end-to-end latency measures only the run length.
   When producers stop, consumers drain the tube; the run ends when every
   acknowledged put has been deleted, so the tube is empty again.
+- `openloop`: puts at a fixed `rate` (per second, over all connections, taking
+  turns), each sent when its time comes whether or not earlier ones were
+  answered, so a slow server cannot slow the generator down (no coordinated
+  omission). A put's latency runs from when it was *due*, not from when it was
+  written: if the generator itself falls behind, that lateness counts too.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ NEVER = 1 << 62
 # beanstalkd's MAX_TUBE_NAME_LEN is 201 including the terminating NUL.
 _TUBE_NAME = re.compile(r"[A-Za-z0-9+/;.$_()][A-Za-z0-9\-+/;.$_()]{0,199}")
 
-WORKLOADS = ("put", "cycle")
+WORKLOADS = ("put", "cycle", "openloop")
 
 
 class BenchError(Exception):
@@ -88,6 +93,7 @@ class LoadSpec:
     backlog: int | None = None  # cycle: None means window x producers; 0 unbounded
     processes: int = 1
     timeout: float = 10.0  # no reply on any connection for this long fails the run
+    rate: float = 2000.0  # openloop: puts per second over all connections
 
     @property
     def address(self) -> str:
@@ -102,7 +108,9 @@ class LoadSpec:
 
     def validate(self) -> None:
         if self.workload not in WORKLOADS:
-            raise BenchError(f"unknown workload {self.workload!r}: expected put or cycle")
+            raise BenchError(f"unknown workload {self.workload!r}: expected put, cycle or openloop")
+        if self.workload == "openloop" and not self.rate > 0:
+            raise BenchError(f"--rate {self.rate:g}: must be more than 0 puts/s")
         if self.duration is None and self.jobs is None:
             raise BenchError("give --duration or --jobs (or both)")
         if not _TUBE_NAME.fullmatch(self.tube):
@@ -112,7 +120,8 @@ class LoadSpec:
                 f"--body-size {self.body_size} is too small for cycle: the body carries "
                 f"the put's send time in {STAMP_BYTES} bytes"
             )
-        per = {"put": {"--connections": self.connections}}.get(
+        per = {"put": {"--connections": self.connections},
+               "openloop": {"--connections": self.connections}}.get(
             self.workload, {"--producers": self.producers, "--consumers": self.consumers}
         )
         for name, count in per.items():
@@ -147,6 +156,7 @@ class LoadSpec:
                 producers=part(self.producers, i),
                 consumers=part(self.consumers, i),
                 jobs=None if self.jobs is None else part(self.jobs, i),
+                rate=self.rate * part(self.connections, i) / self.connections,
                 backlog=part_or_keep(self.backlog, i),
                 tube=f"{self.tube}-{i}" if self.workload == "cycle" else self.tube,
             )
@@ -209,6 +219,8 @@ class _Run:
         self.deletes = 0
         self.reserves_sent = 0
         self.producers_left = 0
+        self.schedule_over = False  # openloop: no put will be due any more
+        self.t_start = t_start
         self.last_activity = monotonic_ns()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -270,16 +282,32 @@ class _Producer:
         size = run.spec.body_size
         self.header = b"put %d 0 %d %d\r\n" % (PUT_PRIORITY, PUT_TTR, size)
         self.stamped = run.spec.workload == "cycle"
+        self.open_loop = run.spec.workload == "openloop"
         if self.stamped:
             self.tail = b"x" * (size - STAMP_BYTES) + b"\r\n"
         else:
             self.command = self.header + b"x" * size + b"\r\n"
+
+    def send_due(self, due_ns: int) -> None:
+        """openloop: one put, due at `due_ns`, written now whatever is in flight."""
+        run = self.run
+        if due_ns >= run.t0 and run.budget is not None:
+            run.budget -= 1
+        self.writer.write(self.command)
+        self.sent.append([due_ns, 1])
+        self.inflight += 1
 
     def top_up(self) -> None:
         """Write as many puts as the window, the budget, the backlog and the clock allow."""
         if self.finished:
             return
         run = self.run
+        if self.open_loop:
+            # The schedule writes; a producer only notices that it is done.
+            if run.schedule_over and self.inflight == 0:
+                self.finished = True
+                run.producer_finished()
+            return
         want = run.window - self.inflight
         if want <= 0:
             return
@@ -417,6 +445,27 @@ async def _watchdog(run: _Run, timeout: float) -> None:
         if monotonic_ns() - run.last_activity > limit:
             run.fail(BenchError(f"no reply from the server for {timeout:g} s"))
             return
+
+
+async def _schedule(run: _Run, producers: list[_Producer]) -> None:
+    """openloop: put k is due at t_start + k / rate, on producer k mod n."""
+    interval = 1e9 / run.spec.rate
+    start, n, k = run.t_start, len(producers), 0
+    while True:
+        now = monotonic_ns()
+        due = int((now - start) / interval) + 1
+        while k < due:
+            at = start + int(k * interval)
+            if at >= run.t1 or (run.budget is not None and run.budget <= 0 and at >= run.t0):
+                run.schedule_over = True
+                for p in producers:
+                    p.top_up()
+                return
+            producers[k % n].send_due(at)
+            k += 1
+        # Sleep until the next put is due; the loop's timer may wake late, and
+        # the puts due meanwhile then go out together, charged from when due.
+        await asyncio.sleep(max(0.0, (start + int(k * interval) - monotonic_ns()) / 1e9))
 
 
 async def _at_t1(run: _Run, producers: list[_Producer]) -> None:
@@ -558,7 +607,10 @@ async def _run_share(spec: LoadSpec, ready: Callable[[], Awaitable[int]] | None)
         for conn, role in zip(producer_conns + consumer_conns, producers + consumers):
             tasks.append(asyncio.create_task(_read_loop(run, conn.reader, role.on_data)))
         tasks.append(asyncio.create_task(_watchdog(run, spec.timeout)))
-        tasks.append(asyncio.create_task(_at_t1(run, producers)))
+        if spec.workload == "openloop":
+            tasks.append(asyncio.create_task(_schedule(run, producers)))
+        else:
+            tasks.append(asyncio.create_task(_at_t1(run, producers)))
         for consumer in consumers:
             consumer.start()
         for producer in producers:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 99, 99.9)
+_COLUMNS = ("p50", "p90", "p99", "p99.9", "max")  # latency columns, in milliseconds
 
 
 class Latencies:
@@ -44,7 +46,8 @@ class Latencies:
         if total == 0:
             return None
         pairs = sorted(zip(self.values, self.counts))
-        ranks = [(p, max(1, math.ceil(p / 100 * total))) for p in PERCENTILES]
+        # Nearest rank, in exact arithmetic (0.999 * 2000 is 1998.0000000000002 in floats).
+        ranks = [(f"{p:g}", max(1, math.ceil(Fraction(str(p)) * total / 100))) for p in PERCENTILES]
         out: dict[str, float] = {}
         seen = 0
         i = 0
@@ -179,7 +182,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def format_runs(runs: list[RunResult], headline: str) -> str:
     """A small table: one row per (server, latency kind); a ratio row for two runs."""
     rate = "cycles/s" if runs and runs[0].workload == "cycle" else "puts/s"
-    header = ["server", "address", rate, "latency", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    header = ["server", "address", rate, "latency", *(f"{k} ms" for k in _COLUMNS)]
     rows: list[list[str]] = []
     for run in runs:
         first = True
@@ -191,7 +194,7 @@ def format_runs(runs: list[RunResult], headline: str) -> str:
                     run.address if first else "",
                     f"{run.jobs_per_s:,.0f}" if first else "",
                     _LATENCY_LABELS[kind],
-                    *(_ms(s.get(k)) for k in ("p50", "p90", "p99", "max")),
+                    *(_ms(s.get(k)) for k in _COLUMNS),
                 ]
             )
             first = False
@@ -208,7 +211,7 @@ def format_runs(runs: list[RunResult], headline: str) -> str:
                     "",
                     _ratio(a.jobs_per_s, b.jobs_per_s) if first else "",
                     _LATENCY_LABELS[kind],
-                    *(_ratio(sa.get(k), sb.get(k)) for k in ("p50", "p90", "p99", "max")),
+                    *(_ratio(sa.get(k), sb.get(k)) for k in _COLUMNS),
                 ]
             )
             first = False
@@ -304,7 +307,7 @@ def to_json(settings: dict[str, Any], runs: list[RunResult], memory: list[Memory
                 sb = b.latency_summaries()[kind] or {}
                 sa = sa or {}
                 ratio["latency"][kind] = {
-                    k: _num_ratio(sa.get(k), sb.get(k)) for k in ("p50", "p90", "p99", "max")
+                    k: _num_ratio(sa.get(k), sb.get(k)) for k in _COLUMNS
                 }
             doc["ratio"] = ratio
     if memory:

@@ -33,8 +33,12 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.command()
 @click.option("--address", default="127.0.0.1:11300", show_default=True, metavar="HOST:PORT",
               help="Any beanstalkd-protocol server.")
-@click.option("--workload", type=click.Choice(["put", "cycle"]), default="put", show_default=True,
-              help="put: windowed puts; cycle: put, reserve, delete.")
+@click.option("--workload", type=click.Choice(["put", "cycle", "openloop"]), default="put",
+              show_default=True,
+              help="put: windowed puts; cycle: put, reserve, delete; openloop: puts at a fixed "
+                   "--rate, latency from when each was due.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=2000.0, show_default=True,
+              help="openloop: puts per second over all connections.")
 @click.option("--tube", default="bench", show_default=True)
 @click.option("--connections", type=click.IntRange(min=1), default=8, show_default=True,
               help="put: producer connections.")
@@ -91,6 +95,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 def bench(
     address: str,
     workload: str,
+    rate: float,
     tube: str,
     connections: int,
     window: int,
@@ -199,6 +204,7 @@ def bench(
             backlog=backlog,
             processes=processes,
             timeout=timeout,
+            rate=rate,
         )
         spec.validate()
         # A per-second line on a terminal (quiet when piped): runs take seconds to minutes.
@@ -290,7 +296,8 @@ def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, s
         "servers": kinds or None,
         "durable": durable,
         "tube": spec.tube,
-        "connections": spec.connections if spec.workload == "put" else None,
+        "connections": spec.connections if spec.workload != "cycle" else None,
+        "rate": spec.rate if spec.workload == "openloop" else None,
         "producers": spec.producers if spec.workload == "cycle" else None,
         "consumers": spec.consumers if spec.workload == "cycle" else None,
         "window": spec.window,
@@ -332,6 +339,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:
     if spec.workload == "put":
         load = f"put: {spec.connections} connections x window {spec.window}"
+    elif spec.workload == "openloop":
+        load = f"open loop: {spec.rate:,.0f} puts/s over {spec.connections} connections"
     else:
         load = (
             f"cycle: {spec.producers} producers (window {spec.window}, backlog "

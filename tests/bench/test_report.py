@@ -27,13 +27,16 @@ def latencies(pairs):
 
 def test_percentiles_are_nearest_rank_in_milliseconds():
     lat = latencies((v * 1_000_000, 1) for v in range(100, 0, -1))  # 1..100 ms, unsorted
-    assert lat.summary() == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0, "count": 100}
+    assert lat.summary() == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 100.0, "max": 100.0,
+                             "count": 100}
+    lat = latencies((v * 1_000_000, 1) for v in range(1, 2001))  # 1..2000 ms
+    assert lat.summary()["p99.9"] == 1998.0
 
 
 def test_counted_pairs_weigh_like_repeated_samples():
     # 98 commands at 1 ms and 2 at 5 ms: p99 is the 99th command, at 5 ms.
     lat = latencies([(5_000_000, 2), (1_000_000, 98)])
-    assert lat.summary() == {"p50": 1.0, "p90": 1.0, "p99": 5.0, "max": 5.0, "count": 100}
+    assert lat.summary() == {"p50": 1.0, "p90": 1.0, "p99": 5.0, "p99.9": 5.0, "max": 5.0, "count": 100}
 
 
 def test_empty_latencies_have_no_summary():
@@ -65,18 +68,18 @@ def test_table_for_two_runs_ends_with_their_ratio():
     lines = format_runs(runs, "headline").splitlines()
     assert lines[0] == "headline"
     assert lines[1].split() == ["server", "address", "puts/s", "latency", "p50", "ms", "p90",
-                                "ms", "p99", "ms", "max", "ms"]
+                                "ms", "p99", "ms", "p99.9", "ms", "max", "ms"]
     assert lines[2].split() == ["beanstalkd", "127.0.0.1:1", "1,000", "put", "2.000", "2.000",
-                                "2.000", "2.000"]
+                                "2.000", "2.000", "2.000"]
     assert lines[4].split() == ["haqueue/beanstalkd", "0.50x", "put", "2.00x", "2.00x", "2.00x",
-                                "2.00x"]
+                                "2.00x", "2.00x"]
 
 
 def test_cycle_table_shows_end_to_end_latency_and_cycles_per_second():
     runs = [run_result("beanstalkd", 300, 2.0, 1.0, workload="cycle", e2e_ms=3.0)]
     text = format_runs(runs, "h")
     assert "cycles/s" in text
-    assert text.splitlines()[3].split() == ["put->delete", "3.000", "3.000", "3.000", "3.000"]
+    assert text.splitlines()[3].split() == ["put->delete", "3.000", "3.000", "3.000", "3.000", "3.000"]
     assert "150" in text.splitlines()[2]
 
 
