@@ -97,6 +97,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -477,13 +478,36 @@ class ReplicatedQueue(SyncObj):
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         if self._snapshot_pid:
-            try:
-                os.waitpid(self._snapshot_pid, 0)
-            except ChildProcessError:
-                pass
-            self._snapshot_pid = 0
+            self._end_snapshot_writer()
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
+
+    def _end_snapshot_writer(self) -> None:
+        """Let a running snapshot writer finish, within a bound, then kill it.
+
+        A clean stop waits for it (the snapshot is nearly done, and the next
+        start reads it); a node stopping on a fatal error does not, since its
+        disk is failing. A writer stuck in that disk must never keep the node
+        from exiting: systemd restarts only a node that exited. Killing it is
+        safe at any moment: it writes a temporary file and renames it last.
+        """
+        pid, self._snapshot_pid = self._snapshot_pid, 0
+        deadline = time.monotonic() + (0.0 if self.fatal_error is not None else self.SNAPSHOT_WRITER_GRACE)
+        try:
+            while True:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return
+                if time.monotonic() >= deadline:
+                    log.warning("snapshot writer %d still running at stop: killing it", pid)
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return
+                time.sleep(0.01)  # polling a child process with a deadline: no event to await
+        except ChildProcessError:
+            pass
 
     def _checkCommandsToApply(self):
         # pysyncobj moves submitted commands into its log here, late in a

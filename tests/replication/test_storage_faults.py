@@ -376,3 +376,23 @@ def test_replay_applies_only_what_the_node_knew_was_committed(tmp_path):
     everything, _ = replay(str(tmp_path), uncommitted=True)
     assert (len(committed.jobs), applied) == (3, 3)
     assert len(everything.jobs) == 5
+
+
+def test_a_stuck_snapshot_writer_never_keeps_a_failed_node_from_exiting(tmp_path):
+    # A writer hung in a failing disk (seen in the lab: one stuck in a lock
+    # inherited at fork) kept a node that had already failed from exiting.
+    from haqueue.replication.raft_node import ReplicatedQueue
+
+    node = ReplicatedQueue(f"{HOST}:{free_port()}", [], data_dir=str(tmp_path / "d"), policy=NEVER)
+    stuck = subprocess.Popen(["sleep", "60"])  # stands in for the hung writer, our own child
+    try:
+        node._snapshot_pid = stuck.pid
+        node.fatal_error = "journal …: fdatasync failed: EIO"
+        started = time.monotonic()
+        node.stop()
+        assert time.monotonic() - started < 2
+        assert stuck.poll() is not None  # killed, and reaped by stop()
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()
+        node._doDestroy()
