@@ -28,7 +28,6 @@ import os
 import pwd
 import socket
 import ssl
-import sys
 
 import click
 

@@ -141,6 +141,25 @@ def isolate_leader(lab: Lab, rng: random.Random) -> dict:
                       lambda node, up: topology.set_port(lab.state, node, attached=up))
 
 
+def _blackholed_leader_kept(lab: Lab, leader: str, before: dict, cuts: list, until: float) -> bool:
+    """Blackhole each (namespace, address) of `cuts` until `until`, then heal;
+    True if `leader` led at its term throughout."""
+    for ns, address in cuts:
+        topology.set_blackhole(ns, address, True)
+    kept = True
+    try:
+        while time.monotonic() < until:
+            # The cut itself is the fault; this loop watches the leader through it.
+            now = lab.node_status(leader) or {}
+            if now.get("role") != "leader" or now.get("term") != before.get("term"):
+                kept = False
+            time.sleep(0.02)
+    finally:
+        for ns, address in cuts:
+            topology.set_blackhole(ns, address, False)
+    return kept
+
+
 def cut_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     follower = rng.choice([n for n in NODE_IDS if n != leader])
@@ -150,20 +169,7 @@ def cut_follower(lab: Lab, rng: random.Random) -> dict:
     state = lab.state
     cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower))),
             (state.node_ns(follower), state.node_address(NODE_IDS.index(leader)))]
-    for ns, address in cuts:
-        topology.set_blackhole(ns, address, True)
-    kept = True
-    try:
-        while time.monotonic() < fault["t"] + hold:
-            # The cut itself is the fault; this loop watches the leader through it.
-            now = lab.node_status(leader) or {}
-            if now.get("role") != "leader" or now.get("term") != before.get("term"):
-                kept = False
-            time.sleep(0.02)
-    finally:
-        for ns, address in cuts:
-            topology.set_blackhole(ns, address, False)
-    fault["leader_kept"] = kept
+    fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
     return fault
 
 
@@ -356,19 +362,9 @@ def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
     hold = round(rng.uniform(2.0, 4.0), 2)
     before = lab.node_status(leader) or {}
     fault = _fault("cut-leader-to-follower", leader, follower=follower, partition_s=hold)
-    ns, address = lab.state.node_ns(leader), lab.state.node_address(NODE_IDS.index(follower))
-    topology.set_blackhole(ns, address, True)  # the leader's packets to it only; its own still arrive
-    kept = True
-    try:
-        while time.monotonic() < fault["t"] + hold:
-            # The cut itself is the fault; this loop watches the leader through it.
-            now = lab.node_status(leader) or {}
-            if now.get("role") != "leader" or now.get("term") != before.get("term"):
-                kept = False
-            time.sleep(0.02)
-    finally:
-        topology.set_blackhole(ns, address, False)
-    fault["leader_kept"] = kept
+    # The leader's packets to the follower only; the follower's still arrive.
+    cuts = [(lab.state.node_ns(leader), lab.state.node_address(NODE_IDS.index(follower)))]
+    fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
     return fault
 
 

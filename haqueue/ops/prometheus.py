@@ -85,7 +85,7 @@ def _quoted(text: str) -> str:
 
 
 def render_rules(cluster: Cluster, command: str) -> str:
-    lines = [f"groups:", f"  - name: haqueue-{cluster.name}", "    rules:"]
+    lines = ["groups:", f"  - name: haqueue-{cluster.name}", "    rules:"]
     for rule in alert_rules(cluster):
         lines += [
             f"      - alert: {rule['alert']}",

@@ -24,7 +24,6 @@ import threading
 
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
-from haqueue.protocol import beanstalk as bs
 from haqueue.replication.observed import RaftObservations
 from haqueue.replication.raft_node import FAIL_SUCCESS
 from haqueue.server.app import Listen, NodeOptions, QueueServer

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -13,34 +12,13 @@ import urllib.request
 import pytest
 
 from haqueue.replication.replay import replay
+from tests.support.load import producer
 from tests.support.servers import RawConn, free_port, start_haqueue
 
 
 def _digest(admin_port: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/status?digest=1", timeout=5) as r:
         return json.loads(r.read())
-
-
-def _producer(host, port, acked: list, stop: threading.Event) -> None:
-    """Windowed puts; record every id the server acknowledged."""
-    try:
-        with socket.create_connection((host, port), timeout=5) as sock:
-            buf = b""
-            while not stop.is_set():
-                sock.sendall(b"put 0 0 60 5\r\nhello\r\n" * 16)
-                got = 0
-                while got < 16:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                    while b"\r\n" in buf:
-                        line, buf = buf.split(b"\r\n", 1)
-                        assert line.startswith(b"INSERTED "), line
-                        acked.append(int(line.split()[1]))
-                        got += 1
-    except OSError:
-        return  # the server was killed under us: what was acknowledged is recorded
 
 
 def test_sigkill_mid_load_loses_no_acknowledged_put_and_replay_matches(tmp_path):
@@ -50,7 +28,7 @@ def test_sigkill_mid_load_loses_no_acknowledged_put_and_replay_matches(tmp_path)
     acked: list[int] = []
     stop = threading.Event()
     try:
-        threads = [threading.Thread(target=_producer, args=(srv.host, srv.port, acked, stop)) for _ in range(4)]
+        threads = [threading.Thread(target=producer, args=(srv.host, srv.port, acked, stop)) for _ in range(4)]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 10

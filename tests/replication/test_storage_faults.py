@@ -31,6 +31,7 @@ from haqueue.replication import snapshot
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.journal import DurableJournal
 from haqueue.replication.replay import apply_entries, replay
+from tests.support.load import producer
 from tests.support.servers import HOST, RawConn, free_port, start_haqueue
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")
@@ -52,30 +53,6 @@ def put_ids(conn: RawConn, count: int, body: bytes = b"hello") -> list[int]:
             break
         ids.append(int(reply.split()[1]))
     return ids
-
-
-def producer(host: str, port: int, acked: list, stop: threading.Event, body: bytes = b"hello") -> None:
-    """Windowed puts until the connection dies; records every acknowledged id."""
-    try:
-        with socket.create_connection((host, port), timeout=5) as sock:
-            buf = b""
-            request = b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body)
-            while not stop.is_set():
-                sock.sendall(request * 16)
-                got = 0
-                while got < 16:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                    while b"\r\n" in buf:
-                        line, buf = buf.split(b"\r\n", 1)
-                        if not line.startswith(b"INSERTED "):
-                            return
-                        acked.append(int(line.split()[1]))
-                        got += 1
-    except OSError:
-        return  # killed or stopped under us: what was acknowledged is recorded
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float) -> int | None:
