@@ -54,7 +54,7 @@ from haqueue.server.limits import (
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
 from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
-from haqueue.server.timers import PreciseTimer, deadline_ms, monotonic_at_wall_ms
+from haqueue.server.timers import STAMP_RESOLUTION_MS, PreciseTimer, deadline_ms, monotonic_at_wall_ms
 from haqueue.server.tubes import DEFAULT_TUBE
 
 log = logging.getLogger(__name__)
@@ -571,7 +571,12 @@ class Session(asyncio.Protocol):
             state = server.state
             ready = state.has_ready(self.watch, now)
             soonest = state.soonest_reservation_deadline(self.conn_id)
-        if not ready and soonest is not None and soonest - now <= SAFETY_MARGIN_MS:
+        # A deadline is stored up to STAMP_RESOLUTION_MS after the moment the
+        # client's time-to-run ends (timers.deadline_ms), so that it never
+        # fires early; whether it is *soon* is judged from that moment, as
+        # beanstalkd judges it (a reserve 1 s into a ttr of 1 s gets DEADLINE_SOON).
+        if (not ready and soonest is not None
+                and soonest - STAMP_RESOLUTION_MS - now <= SAFETY_MARGIN_MS):
             self._finish_reserve(P.DEADLINE_SOON)
             return False
         if ready:
