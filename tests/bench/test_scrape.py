@@ -15,7 +15,9 @@ from haqueue.server.metrics import TUBE_FAMILIES
 
 
 def test_scrape_bench_sees_every_tube_it_made():
-    result = bench_scrape(tubes=50, scrapes=5)
+    # Enough scrapes that their CPU time spans many of the kernel's 10 ms
+    # accounting ticks: five took ~1.5 ms in all and sometimes read as 0.
+    result = bench_scrape(tubes=50, scrapes=200)
     # 50 tubes and "default", a line per tube per family, plus the server's own series.
     assert result.series > 51 * len(TUBE_FAMILIES)
     assert result.raw_cpu_ms_per_scrape > 0
