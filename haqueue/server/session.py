@@ -101,6 +101,7 @@ class Session(asyncio.Protocol):
         self.reserve_timed_out = False
         self.timer: PreciseTimer | None = None
         self.lease_timer: asyncio.TimerHandle | None = None
+        self.pumping = False  # inside pump(): what it calls must not start another
         # A reply that hands this connection a job (RESERVED, TOUCHED) waits
         # to be written until the read lease holds (see flush).
         self.needs_lease = False
@@ -255,8 +256,15 @@ class Session(asyncio.Protocol):
 
     # ------------------------------------------------------------- pipeline
     def pump(self) -> None:
-        if self.yielded or self.closed:
+        if self.yielded or self.closed or self.pumping:
             return
+        self.pumping = True
+        try:
+            self._pump()
+        finally:
+            self.pumping = False
+
+    def _pump(self) -> None:
         queue = self.queue
         parser = self.parser
         counters = self.server.counters.commands
@@ -341,14 +349,17 @@ class Session(asyncio.Protocol):
         if not self.closed:
             self._serve_pipeline()
 
-    def _submit(self, command: tuple, body_bytes: int = 0) -> None:
+    def _submit(self, command: tuple, body_bytes: int = 0, tube: str | None = None) -> None:
+        """Log `command`; `tube`: a reference the command holds until it is applied."""
         slot = [None]
         self.slots.append(slot)
         self.in_flight += 1
         self.in_flight_bytes += body_bytes
-        self.server.batcher.submit(command, partial(self._write_done, slot, body_bytes))
+        self.server.batcher.submit(command, partial(self._write_done, slot, body_bytes, tube))
 
-    def _write_done(self, slot: list, body_bytes: int, result) -> None:
+    def _write_done(self, slot: list, body_bytes: int, tube: str | None, result) -> None:
+        if tube is not None:
+            self.server.unref_tube(tube)  # applied (or never will be): the job, if any, refers to it now
         full = self.in_flight >= MAX_IN_FLIGHT or self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES
         self.in_flight -= 1
         self.in_flight_bytes -= body_bytes
@@ -385,7 +396,12 @@ class Session(asyncio.Protocol):
             server.counters.out_of_memory_replies += 1
             self._reply(P.OUT_OF_MEMORY)
             return
-        self._submit((C.PUT, self.use, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body), len(body))
+        # The job in flight refers to its tube, as a stored job does: without
+        # that, `use a`, `put`, `use b` pipelined freed "a" before its job was
+        # applied, and list-tubes never showed a tube that held a job.
+        tube = self.use
+        server.directory.ref(tube)
+        self._submit((C.PUT, tube, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body), len(body), tube)
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
@@ -646,7 +662,13 @@ class Session(asyncio.Protocol):
         self.reserving = False
         self._reply(reply)
         self.server.dirty.add(self)
-        self.pump()
+        if not self.pumping:
+            # Answered from inside pump (an immediate TIMED_OUT or
+            # DEADLINE_SOON), the running pump simply goes on: calling it
+            # again recursed once per pipelined reserve, and a client
+            # pipelining a thousand `reserve-with-timeout 0` overflowed the
+            # stack (found by the session fuzzer).
+            self.pump()
 
 
 _HANDLERS = {

@@ -246,3 +246,25 @@ def test_nothing_is_held_for_a_cluster_node_or_a_unix_socket(tmp_path):
                                raft_partners=["127.0.0.1:2"])
     unix = NodeOptions(listen=Listen(unix_path=str(tmp_path / "s")), raft_address="127.0.0.1:0")
     assert hold_client_port(cluster_node) == [] and hold_client_port(unix) == []
+
+
+def test_a_tube_left_before_its_put_is_applied_is_still_listed(server):
+    # beanstalkd: a tube exists while a job is in it. A put in flight holds
+    # its tube too, or `use b` right behind it would free "a" first.
+    with RawConn(server.host, server.port) as conn:
+        conn.send(b"use a\r\nput 0 0 60 1\r\nx\r\nuse b\r\nlist-tubes\r\nuse default\r\nstats\r\n")
+        replies = conn.recv_replies(6)
+    assert replies[1].startswith(b"INSERTED ")
+    assert b"- a\n" in replies[3]
+    assert b"current-tubes: 2\n" in replies[5]  # default and a; b is no longer used
+
+
+def test_a_thousand_pipelined_immediate_timeouts_are_all_answered(server):
+    # Each `reserve-with-timeout 0` on an empty tube is answered inside the
+    # pipeline; answering used to start the pipeline again, one stack frame
+    # deeper per reserve, until the stack overflowed (the session fuzzer).
+    with RawConn(server.host, server.port) as conn:
+        conn.send(b"reserve-with-timeout 0\r\n" * 2000 + b"list-tube-used\r\n")
+        replies = conn.recv_replies(2001, timeout=20)
+    assert replies[:2000] == [b"TIMED_OUT\r\n"] * 2000
+    assert replies[2000] == b"USING default\r\n"

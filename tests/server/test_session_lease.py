@@ -129,7 +129,7 @@ def test_a_touch_waits_for_the_lease_too():
         slot = [None]
         session.slots.append(slot)
         session.in_flight = 1
-        session._write_done(slot, 0, ("TOUCHED",))
+        session._write_done(slot, 0, None, ("TOUCHED",))
         session.flush()
         await asyncio.sleep(0.05)
         before = transport.written
