@@ -481,9 +481,15 @@ class QueueServer:
     def _wake_waiters(self) -> None:
         now = wall_ms()
         with self.state_lock:
+            # Only the tubes someone waits on: this runs after every entry that
+            # made a job ready, and a node may hold far more tubes than waiters watch.
             tubes = self.state.tubes
-            available = {name: tube.ready_count for name, tube in tubes.items()
-                         if tube.ready_count and not tube.paused(now)}
+            available = {}
+            for session in self.waiters:
+                for name in session.watch:
+                    tube = tubes.get(name)
+                    if tube is not None and tube.ready_count and not tube.paused(now):
+                        available[name] = tube.ready_count
             candidates = self._claim(available)
         for session in candidates:
             session.try_reserve()
