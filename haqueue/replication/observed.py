@@ -156,8 +156,11 @@ class RaftObservations:
                                    "seconds": round(took, 3) if took is not None else None}})
 
     # -- followers falling behind and catching up -------------------------------------
-    def note_followers(self, matches: dict[str, int], now: float) -> None:
+    def note_followers(self, read_matches, now: float) -> None:
         """On the leader, every tick: log when a follower that fell behind has caught up.
+
+        `read_matches()` gives each follower's match index; it is called only
+        when a check is due (every FOLLOWER_CHECK_PERIOD), not on every tick.
 
         A follower counts as behind once the oldest entry it lacks is older
         than FOLLOWER_BEHIND_SECONDS; it has caught up when it lacks nothing.
@@ -165,7 +168,7 @@ class RaftObservations:
         if now < self._next_follower_check:
             return
         self._next_follower_check = now + FOLLOWER_CHECK_PERIOD
-        for peer, match in matches.items():
+        for peer, match in read_matches().items():
             lag = self.lag_seconds(match, now)
             since = self._behind_since.get(peer)
             if since is None and lag >= FOLLOWER_BEHIND_SECONDS:

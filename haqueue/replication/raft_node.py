@@ -550,7 +550,7 @@ class ReplicatedQueue(SyncObj):
                 now = time.monotonic()
                 self.observations.note_commit(self.raftCommitIndex, now)
                 if self._isLeader():
-                    self.observations.note_followers(self.peer_match_indexes(), now)
+                    self.observations.note_followers(self.peer_match_indexes, now)
                 if now >= next_keepalive and self.transport is not None:
                     next_keepalive = now + self._keepalive_period
                     self.transport.keep_alive()
