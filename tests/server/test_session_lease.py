@@ -131,10 +131,13 @@ def test_a_touch_waits_for_the_lease_too():
         session.in_flight = 1
         session._write_done(slot, 0, None, ("TOUCHED",))
         session.flush()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # several lease rechecks pass (10 ms each): nothing may be written
         before = transport.written
         host.node.lease = True
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # the next recheck writes it: poll, bounded
+            await asyncio.sleep(0.01)
+            if transport.written:
+                break
         return before, transport.written
 
     before, after = asyncio.run(scenario())
