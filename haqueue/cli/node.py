@@ -37,13 +37,12 @@ def is_leader(config_path, node_id, timeout, quiet) -> None:
                    "entries known to be committed).")
 def replay(data_dir, uncommitted) -> None:
     """Rebuild a stopped node's state from its snapshot and journal; print a summary."""
-    from haqueue.replication.journal import JournalError
     from haqueue.replication.replay import replay_with_tail
-    from haqueue.replication.snapshot import SnapshotError
+    from haqueue.replication.replica import startup_errors
 
     try:
         state, applied, tail = replay_with_tail(data_dir, uncommitted=uncommitted)
-    except (OSError, ValueError, JournalError, SnapshotError) as exc:
+    except (OSError, ValueError, *startup_errors()) as exc:
         raise HaqueueError(f"{data_dir}: {exc}") from None
     counts = state.counts()
     click.echo(f"applied-index: {applied}")

@@ -186,6 +186,10 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         options.admin = (host or "127.0.0.1", int(admin_port))
     options.journal_limit = journal_size if compact else None
     options.compaction_entries = 20000 if compact else 2**62
+    from haqueue.replication.replica import preload
+
+    preload(bool(options.raft_partners))
+    startup_errors = _startup_errors()
     if user is not None:
         _drop_privileges(user)
     if data_dir is not None:
@@ -198,7 +202,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
     server = QueueServer(options)
     try:
         code = run_event_loop(server.run())
-    except _startup_errors() as exc:
+    except startup_errors as exc:
         raise HaqueueError(str(exc)) from None
 
     if server.fatal:
@@ -224,13 +228,10 @@ def run_event_loop(main):
 
 
 def _startup_errors():
-    from pysyncobj import SyncObjException
-
-    from haqueue.replication.journal import JournalError
-    from haqueue.replication.snapshot import SnapshotError
+    from haqueue.replication.replica import startup_errors
 
     # A journal or snapshot this node cannot trust: one line, exit non-zero.
-    return (SyncObjException, JournalError, SnapshotError)
+    return startup_errors()
 
 
 def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,

@@ -31,6 +31,7 @@ import pickle
 from collections import OrderedDict
 
 from haqueue.core import commands as C
+from haqueue.core.effects import Applied, Effects
 from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
 from haqueue.core.tube import Tube, compact
 
@@ -78,14 +79,23 @@ class QueueState:
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
         # Counts over all tubes, kept incrementally for `stats`.
         self.reserved_count = 0
-        # Edge signals for the server on the leader (followers ignore them).
-        self.ready_changed = False  # some job became ready: wake waiting reserves
-        self.emptied_tubes: set[str] = set()  # tubes that lost their last job
+        # What the entry being applied did (effects.py); fresh sets per entry.
+        self._woken: set[str] = set()  # tubes in which a job became ready
+        self._emptied: set[str] = set()  # tubes that lost their last job
 
     # ------------------------------------------------------------------
     # applying the log
-    def apply_batch(self, stamp: int, commands: list[tuple]) -> list[tuple]:
-        """Apply one log entry; return one result per command. Never raises."""
+    def apply_batch(self, stamp: int, commands: list[tuple]) -> Applied:
+        """Apply one log entry: one result per command, and what it did. Never raises."""
+        self._woken = set()
+        self._emptied = set()
+        return Applied(self._apply_commands(stamp, commands), self.effects())
+
+    def effects(self) -> Effects:
+        """What happened since the last entry began (apply_batch returns it)."""
+        return Effects(self._woken, self._emptied, self.next_deadline())
+
+    def _apply_commands(self, stamp: int, commands: list[tuple]) -> list[tuple]:
         if type(commands) is not list and type(commands) is not tuple:
             self.internal_errors += 1
             return []
@@ -144,7 +154,7 @@ class QueueState:
                 tube = job.tube
                 tube.unlink_delayed(job)
                 tube.push_ready(job)
-                self.ready_changed = True
+                self._woken.add(tube.name)
         ttrs = self._ttrs
         while ttrs and ttrs[0][0] <= now:
             entry = heapq.heappop(ttrs)
@@ -154,7 +164,7 @@ class QueueState:
                 self.job_timeouts += 1
                 self._unreserve(job)
                 job.tube.push_ready(job)
-                self.ready_changed = True
+                self._woken.add(job.tube.name)
         pauses = self._pauses
         while pauses and pauses[0][0] <= now:
             unpause_at, name = heapq.heappop(pauses)
@@ -163,7 +173,7 @@ class QueueState:
                 tube.pause = 0
                 tube.unpause_at = 0
                 if tube.ready_count:
-                    self.ready_changed = True
+                    self._woken.add(name)
 
     def next_deadline(self) -> int | None:
         """The earliest pending deadline (ms), for the leader's timer."""
@@ -218,7 +228,7 @@ class QueueState:
                 compact(delays)
         else:
             job.tube.push_ready(job)
-            self.ready_changed = True
+            self._woken.add(job.tube.name)
 
     def _reserve(self, job: Job, conn: int, now: int) -> tuple:
         job.state = RESERVED
@@ -289,7 +299,7 @@ class QueueState:
             self._make_ready_or_delayed(job, delay, now)
         else:  # the common case, inlined
             tube.push_ready(job)
-            self.ready_changed = True
+            self._woken.add(tube_name)
         return ("INSERTED", job_id)
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
@@ -337,7 +347,7 @@ class QueueState:
         tube = job.tube
         tube.cmd_delete += 1
         if tube.job_count == 0:
-            self.emptied_tubes.add(tube.name)
+            self._emptied.add(tube.name)
         return DELETED_R
 
     def _release(self, cmd: tuple, now: int) -> tuple:
@@ -388,7 +398,7 @@ class QueueState:
         self._take_out(job)
         job.kicks += 1
         job.tube.push_ready(job)
-        self.ready_changed = True
+        self._woken.add(job.tube.name)
 
     def _kick(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, bound = cmd
@@ -432,7 +442,7 @@ class QueueState:
             tube.pause = 0
             tube.unpause_at = 0
             if tube.ready_count:
-                self.ready_changed = True
+                self._woken.add(tube.name)
             return PAUSED_R
         unpause_at = now + delay
         fresh = not (tube.pause and tube.unpause_at == unpause_at)  # else its entry stands
@@ -481,7 +491,7 @@ class QueueState:
             for job in sorted(held.values(), key=_by_id):
                 self._unreserve(job)
                 job.tube.push_ready(job)
-            self.ready_changed = True
+                self._woken.add(job.tube.name)
 
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
@@ -624,7 +634,6 @@ class QueueState:
             tube.buried = OrderedDict((job_id, tube.buried[job_id]) for job_id in buried)
         heapq.heapify(state._delays)
         heapq.heapify(state._pauses)
-        state.ready_changed = False
         return state
 
     def digest(self) -> str:

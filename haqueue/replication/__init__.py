@@ -1,16 +1,15 @@
-"""The bridge to pysyncobj: the only package that imports it.
+"""The replicated log: the only package that imports or reaches into pysyncobj.
 
-pysyncobj 0.3.17 replaces `socket.inet_ntop` with a Windows-only function on
-every platform when it is imported (pysyncobj/win_inet_pton.py, imported by
-its tcp_connection module). Anything in the same process that calls it
-afterwards — pyroute2 decoding an address, for one — then fails. Import it
-here, once, and put the real function back.
+The server and the command line see one small interface, `Replica`
+(replica.py): submit an encoded entry and learn what applying it did
+(`haqueue.core.effects.Applied`), ask whether this node leads and in which
+term, whether its read lease holds, its status, and hear of leadership
+changes and fatal errors through two callbacks. Behind it, raft_node.py
+subclasses pysyncobj (each change and its reason in its docstring) and
+pysyncobj_patches.py installs what is patched inside pysyncobj, for the one
+version it was written against.
+
+Importing this package imports no pysyncobj: modules that need it import
+pysyncobj_patches first (which also undoes what pysyncobj's import does to
+the socket module).
 """
-
-import socket as _socket
-
-_real_inet_ntop = _socket.inet_ntop
-import pysyncobj  # noqa: E402,F401  (the import that patches socket)
-import pysyncobj.tcp_connection  # noqa: E402,F401
-
-_socket.inet_ntop = _real_inet_ntop

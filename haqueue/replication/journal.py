@@ -54,8 +54,6 @@ import time
 import zlib
 from contextlib import contextmanager
 
-from pysyncobj.journal import Journal
-
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.observed import FsyncTimer
 
@@ -126,8 +124,12 @@ def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
             copied += len(chunk)
 
 
-class DurableJournal(Journal):
-    """An append-only, checksummed, fsynced Raft journal."""
+class DurableJournal:
+    """An append-only, checksummed, fsynced Raft journal.
+
+    It has the interface of pysyncobj's Journal (which is a bare interface:
+    pysyncobj only calls the methods) without importing pysyncobj, so that a
+    lone node (lone.py) never loads it."""
 
     def __init__(self, path: str, policy: FsyncPolicy) -> None:
         self.path = path

@@ -69,7 +69,7 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    safety never depends on.
 10. The wire: pysyncobj's per-message zlib and Fernet cost more than the rest
    of a commit's message handling; wire.py seals with AES-GCM and stores
-   small messages uncompressed (installed below, when this module loads).
+   small messages uncompressed (pysyncobj_patches.py installs it).
 11. Storage errors are fatal. pysyncobj pops an entry's callbacks before
    applying it, so a journal error raised inside the apply lost the reply
    (the client was neither answered nor closed) and held a batcher slot;
@@ -97,23 +97,27 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 
-import pysyncobj.syncobj as _syncobj_module
-from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE
-from pysyncobj.transport import TCPTransport
+from haqueue.replication import pysyncobj_patches
+from haqueue.replication.pysyncobj_patches import JournalSpec
+
+pysyncobj_patches.install()
+
+from pysyncobj import SyncObj, SyncObjConf, replicated  # noqa: E402
+from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE  # noqa: E402
+from pysyncobj.transport import TCPTransport  # noqa: E402
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
-from haqueue.replication import append_guard, snapshot, wire
+from haqueue.replication import append_guard, snapshot
+from haqueue.replication import applying
 from haqueue.replication.fsync_policy import FsyncPolicy
-from haqueue.replication.journal import DurableJournal, JournalError, write_atomically
+from haqueue.replication.timing import RaftTiming  # noqa: F401  (re-exported: tests build clusters with it)
+from haqueue.replication.journal import JournalError
 from haqueue.replication.snapshot import SnapshotError
 from haqueue.replication.observed import RaftObservations
 
@@ -122,33 +126,6 @@ log = logging.getLogger(__name__)
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
-
-
-class JournalSpec(str):
-    """A journal path that also says how to fsync it; see point 2 above."""
-
-    policy: FsyncPolicy
-    journal: DurableJournal | None
-
-    def __new__(cls, path: str, policy: FsyncPolicy) -> "JournalSpec":
-        spec = super().__new__(cls, path)
-        spec.policy = policy
-        spec.journal = None
-        return spec
-
-
-_original_create_journal = _syncobj_module.createJournal
-
-
-def _create_journal(journal_file=None):
-    if isinstance(journal_file, JournalSpec):
-        journal_file.journal = DurableJournal(str(journal_file), journal_file.policy)
-        return journal_file.journal
-    return _original_create_journal(journal_file)
-
-
-_syncobj_module.createJournal = _create_journal
-wire.install()
 
 
 # Any message type pysyncobj does not know is ignored on arrival (also by
@@ -336,38 +313,6 @@ class SyncingTransport(TCPTransport):
             super().send(node, message)
 
 
-@dataclass(frozen=True)
-class RaftTiming:
-    """Raft timing in seconds. The defaults aim at failover well under 1.5 s."""
-
-    heartbeat: float = 0.05  # appendEntriesPeriod
-    election_min: float = 0.3  # raftMinTimeout
-    election_max: float = 0.6  # raftMaxTimeout
-    # A leader that has heard from no majority for this long steps down
-    # (pysyncobj's default is 30 s: a partitioned leader would keep serving).
-    leader_fallback: float = 0.6
-    connection_timeout: float = 0.9
-    connection_retry: float = 0.3
-    # A follower campaigns only if it heard a majority within this long (raft_node
-    # point 9): several heartbeats (keepalives flow every heartbeat), and less
-    # than election_min, so a cut-off node stops before its first timeout.
-    hear_window: float = 0.2
-
-    @classmethod
-    def single_node(cls) -> "RaftTiming":
-        # Nobody to wait for: become leader (and start serving) at once.
-        return cls(heartbeat=0.01, election_min=0.04, election_max=0.05, leader_fallback=0.5,
-                   connection_timeout=0.9, connection_retry=0.3)
-
-
-class SubmitFailed(Exception):
-    """The entry's outcome is unknown (leadership lost, queue full): close, don't reply."""
-
-    def __init__(self, reason: int) -> None:
-        super().__init__(f"raft submit failed: reason {reason}")
-        self.reason = reason
-
-
 class ReplicatedQueue(SyncObj):
     def __init__(
         self,
@@ -390,7 +335,6 @@ class ReplicatedQueue(SyncObj):
         self.on_role_change = on_role_change
         self.on_fatal = on_fatal
         self.fatal_error: str | None = None
-        self.snapshots_written = 0
         self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
         self._snapshot_pid = 0
         self.journal_limit = journal_limit
@@ -485,29 +429,9 @@ class ReplicatedQueue(SyncObj):
     SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
 
     def _end_snapshot_writer(self) -> None:
-        """Let a running snapshot writer finish, within a bound, then kill it.
-
-        A clean stop waits for it (the snapshot is nearly done, and the next
-        start reads it); a node stopping on a fatal error does not, since its
-        disk is failing. A writer stuck in that disk must never keep the node
-        from exiting: systemd restarts only a node that exited. Killing it is
-        safe at any moment: it writes a temporary file and renames it last.
-        """
+        """Let a running snapshot writer finish, within a bound (none after a fatal error)."""
         pid, self._snapshot_pid = self._snapshot_pid, 0
-        deadline = time.monotonic() + (0.0 if self.fatal_error is not None else self.SNAPSHOT_WRITER_GRACE)
-        try:
-            while True:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    return
-                if time.monotonic() >= deadline:
-                    log.warning("snapshot writer %d still running at stop: killing it", pid)
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    return
-                time.sleep(0.01)  # polling a child process with a deadline: no event to await
-        except ChildProcessError:
-            pass
+        snapshot.end_writer(pid, 0.0 if self.fatal_error is not None else self.SNAPSHOT_WRITER_GRACE)
 
     def _checkCommandsToApply(self):
         # pysyncobj moves submitted commands into its log here, late in a
@@ -673,7 +597,8 @@ class ReplicatedQueue(SyncObj):
 
     # --------------------------------------------------------- replication
     def submit(self, data: bytes, callback) -> None:
-        """Append an encoded batch; callback(results, error) runs in the tick thread."""
+        """Append an encoded batch; callback(applied, error) runs in the tick thread
+        (`applied`: haqueue.core.effects.Applied, or None if this node is stopping)."""
         self.apply_entry(data, callback=callback)
 
     @replicated
@@ -689,17 +614,7 @@ class ReplicatedQueue(SyncObj):
         except LogFormatError as exc:
             self._fatal(f"cannot apply a log entry: {exc}; refusing to run with a diverged state")
             return None
-        with self.state_lock:
-            state = self.state
-            errors_before = state.internal_errors
-            results = state.apply_batch(stamp, commands)
-            if state.internal_errors != errors_before:
-                # A bug in the core (client input never gets here unchecked):
-                # every node answers INTERNAL_ERROR alike, and this is loud.
-                log.error("queue core failed on %d command(s) of an entry (opcodes %s); "
-                          "answered INTERNAL_ERROR", state.internal_errors - errors_before,
-                          sorted({c[0] for c in commands if isinstance(c, tuple) and c}))
-            return results
+        return applying.apply_entry(self.state, self.state_lock, stamp, commands)
 
     def _fatal(self, message: str) -> None:
         if self.fatal_error is None:
@@ -715,12 +630,6 @@ class ReplicatedQueue(SyncObj):
         self.observations.role_changed(old, new, self.raftCurrentTerm)
         if self.on_role_change is not None:
             self.on_role_change(ROLE_NAMES.get(new, str(new)))
-
-    @property
-    def role(self) -> str:
-        if self._isLeader():
-            return "leader"
-        return "follower" if self._getLeader() is not None else "candidate"
 
     def peer_match_indexes(self) -> dict[str, int]:
         """On the leader: each follower's highest replicated index, by Raft address."""
@@ -765,21 +674,9 @@ class ReplicatedQueue(SyncObj):
         # own temporary file over the dump; that file never exists, the rename
         # fails harmlessly, and serializeChecker (ours) reports the truth.
         self.observations.snapshot_started()
-        pid = os.fork()
-        if pid == 0:  # the child: no threads, no locks; write and leave
-            code = 1
-            try:
-                # Every descriptor the child inherited keeps its socket alive:
-                # the client listener would go on accepting after a step-down,
-                # and re-election would fail to bind it (EADDRINUSE).
-                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-                # The rename is synced before the parent drops the journal prefix.
-                write_atomically(self.dump_path, snapshot.encode(self.state, raft_data),
-                                 sync=not self.policy.never, tmp=self.dump_path + ".writing")
-                code = 0
-            finally:
-                os._exit(code)
-        self._snapshot_pid = pid
+        # The rename is synced before the parent drops the journal prefix.
+        self._snapshot_pid = snapshot.write_in_child(self.dump_path, self.state, raft_data,
+                                                     sync=not self.policy.never)
 
     def _snapshot_progress(self) -> int:
         pid = self._snapshot_pid
@@ -794,7 +691,6 @@ class ReplicatedQueue(SyncObj):
             return SERIALIZER_STATE.SERIALIZING
         self._snapshot_pid = 0
         if os.waitstatus_to_exitcode(status) == 0:
-            self.snapshots_written += 1
             self.observations.snapshot_finished(True, _file_size(self.dump_path))
             return SERIALIZER_STATE.SUCCESS
         self.observations.snapshot_finished(False, None)

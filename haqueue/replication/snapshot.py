@@ -114,3 +114,56 @@ def align_journal(journal, raft_data: tuple) -> None:
         log.info("journal starts %d entries before its snapshot (a crash after the snapshot was taken): "
                  "dropping the covered prefix", position)
         journal.deleteEntriesTo(position)
+
+
+def write_in_child(path: str, state: QueueState, raft_data, sync: bool) -> int:
+    """Fork a child that writes the snapshot of `state` to `path` and exits; its pid.
+
+    Forking gives the child the state exactly as it is now, for free (copy on
+    write), while the parent goes on applying entries. The child first closes
+    every descriptor it inherited: the client listener would otherwise go on
+    accepting after a step-down, and re-election would fail to bind it
+    (EADDRINUSE). It writes a temporary file and renames it last, syncing the
+    rename (unless `sync` is false), so a crash or a kill at any moment leaves
+    the old snapshot or the new one, whole.
+    """
+    from haqueue.replication.journal import write_atomically
+
+    pid = os.fork()
+    if pid == 0:  # the child: no threads, no locks; write and leave
+        code = 1
+        try:
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            write_atomically(path, encode(state, raft_data), sync=sync, tmp=path + ".writing")
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def end_writer(pid: int, grace: float) -> None:
+    """Let a snapshot writer finish within `grace` seconds, then kill it.
+
+    A clean stop waits (the snapshot is nearly done, and the next start reads
+    it); a node stopping on a fatal error passes 0, since its disk is failing.
+    A writer stuck in that disk must never keep the node from exiting: systemd
+    restarts only a node that exited. Killing it is safe at any moment: it
+    writes a temporary file and renames it last.
+    """
+    import signal
+    import time
+
+    deadline = time.monotonic() + grace
+    try:
+        while True:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("snapshot writer %d still running at stop: killing it", pid)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)  # polling a child process with a deadline: no event to await
+    except ChildProcessError:
+        pass

@@ -39,6 +39,7 @@ import struct
 import time
 import zlib
 
+import haqueue.replication.pysyncobj_patches  # noqa: F401  (imports pysyncobj first, safely)
 import pysyncobj.syncobj as _syncobj_module
 import pysyncobj.tcp_connection as _tcp_connection_module
 from cryptography.exceptions import InvalidTag

@@ -88,7 +88,7 @@ class AdminServer:
             return 503, "text/plain", b"not leader\n"
         if route == "/status":
             status = node_server.status()
-            if "digest=1" in query.split("&") and node_server.node is not None:
+            if "digest=1" in query.split("&") and node_server.replica is not None:
                 with node_server.state_lock:
                     status["digest"] = node_server.state.digest()
                     status["jobs"] = len(node_server.state.jobs)
@@ -112,7 +112,7 @@ class AdminServer:
 
     async def answer_async(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
         """`answer`, and the routes that wait for other nodes (/cluster)."""
-        if path.partition("?")[0] == "/cluster" and self.server.node is not None:
+        if path.partition("?")[0] == "/cluster" and self.server.replica is not None:
             from haqueue.server.status_page import cluster_view
 
             view = await cluster_view(self.server)

@@ -1,7 +1,7 @@
 """QueueServer: one haqueue node — Raft underneath, the beanstalk protocol on top.
 
 Duties, in the order they happen:
-1. Start the Raft node (haqueue/replication) and its tick thread.
+1. Open the replica (haqueue/replication/replica.py): a Raft member, or a lone node.
 2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
    held by one of our connections — we have none yet — goes back, design.md
    I5) and wait until it is applied, which also proves this node has applied
@@ -24,14 +24,14 @@ import os
 import signal
 import socket
 import ssl
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+from haqueue.core.effects import Effects
+from haqueue.replication.replica import RaftTiming, Replica, ReplicaConfig, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
@@ -65,41 +65,6 @@ class Listen:
         if self.unix_path:
             return f"unix:{self.unix_path}"
         return f"{self.host}:{self.port}"
-
-
-def hold_client_port(options: "NodeOptions") -> list[socket.socket]:
-    """A lone node's client port, bound (not listening) until it starts serving.
-
-    A lone node's Raft transport binds 127.0.0.1:0, and the kernel may hand it
-    the very ephemeral port the client port was asked to be (the tests pick
-    free ports from that range; the likely cause of one unreproduced test
-    failure): the node could not listen, and a client connecting meanwhile
-    would reach pysyncobj, which hangs up. Holding the port while the
-    transport binds rules that out. Nothing is held
-    for a cluster node (its Raft port is fixed) or a Unix/inherited socket.
-    """
-    listen = options.listen
-    if options.raft_partners or listen.sock is not None or listen.unix_path:
-        return []
-    held: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in socket.getaddrinfo(
-                listen.host or None, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
-            sock = socket.socket(family, kind, proto)
-            held.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-    except OSError:
-        # In use, or unresolvable: opening the listener reports it in one line.
-        release_sockets(held)
-    return held
-
-
-def release_sockets(sockets: list[socket.socket]) -> None:
-    while sockets:
-        sockets.pop().close()
 
 
 @dataclass
@@ -167,7 +132,7 @@ class QueueServer:
         self.max_job_size = options.max_job_size
         self.limits = options.limits
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.node: ReplicatedQueue | None = None
+        self.replica: Replica | None = None
         self.batcher: Batcher | None = None
         self.directory = TubeDirectory()
         self.counters = ServerCounters()
@@ -194,18 +159,17 @@ class QueueServer:
         self.fatal: str | None = None
         self.admin_server = None
         self.collector: CollectorPolicy | None = None
-        self._held_client_port: list[socket.socket] = []
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
 
     # ------------------------------------------------------------ properties
     @property
     def state(self):
-        return self.node.state
+        return self.replica.state
 
     @property
     def state_lock(self):
-        return self.node.state_lock
+        return self.replica.state_lock
 
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> int:
@@ -221,20 +185,17 @@ class QueueServer:
             self._tls_context = self.options.tls.server_context()
         self.memory = MemoryGauge(loop, self.limits.max_memory)
         self.memory.start()
-        self._held_client_port = hold_client_port(self.options)
-        self.node = ReplicatedQueue(
-            self.options.raft_address,
-            self.options.raft_partners,
-            data_dir=self.options.data_dir,
-            policy=self.options.policy,
-            secret=self.options.secret,
-            timing=self.options.timing,
-            compaction_entries=self.options.compaction_entries,
-            journal_limit=self.options.journal_limit,
-            # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
-            # bigger than that, plus the batch's framing.
-            max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10),
-            on_role_change=lambda role: loop.call_soon_threadsafe(self._role_changed, role),
+        options = self.options
+        self.replica = open_replica(
+            ReplicaConfig(
+                options.raft_address, options.raft_partners, data_dir=options.data_dir,
+                policy=options.policy, secret=options.secret, timing=options.timing,
+                compaction_entries=options.compaction_entries, journal_limit=options.journal_limit,
+                # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
+                # bigger than that, plus the batch's framing.
+                max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10),
+            ),
+            on_role_change=lambda role, term: loop.call_soon_threadsafe(self._role_changed, role, term),
             on_fatal=lambda msg: loop.call_soon_threadsafe(self._die, msg),
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -251,7 +212,7 @@ class QueueServer:
 
             self.admin_server = AdminServer(self, *self.options.admin, token=self.options.admin_token)
             await self.admin_server.start()
-        self.node.start()
+        self.replica.start()
         try:
             await self._stopped.wait()
         finally:
@@ -270,7 +231,6 @@ class QueueServer:
         self.draining = True
 
     async def _shutdown(self) -> None:
-        release_sockets(self._held_client_port)
         if self.collector is not None:
             self.collector.stop()
         if self.memory is not None:
@@ -279,11 +239,11 @@ class QueueServer:
         if self.admin_server is not None:
             await self.admin_server.stop()
         # Joining the tick thread blocks; it is short (one tick).
-        await self.loop.run_in_executor(None, self.node.stop)
+        await self.loop.run_in_executor(None, self.replica.stop)
 
     # ------------------------------------------------------------ leadership
-    def _role_changed(self, role: str) -> None:
-        log.info("raft role: %s (term %s)", role, self.node.raftCurrentTerm)
+    def _role_changed(self, role: str, term: int) -> None:
+        log.info("raft role: %s (term %s)", role, term)
         if role == "leader":
             if self._leader_task is None or self._leader_task.done():
                 self._leader_task = self.loop.create_task(self._become_leader())
@@ -291,21 +251,20 @@ class QueueServer:
             self._step_down()
 
     async def _become_leader(self) -> None:
-        term = self.node.raftCurrentTerm
+        term = self.replica.term
         self.epoch = term
         self.conn_serial = 0
         self.drops_pending.clear()
-        self.batcher = Batcher(self.node, self.loop, self._after_entry)
+        self.batcher = Batcher(self.replica, self.loop, self._after_entry)
         barrier = self.loop.create_future()
         self.batcher.submit((C.RELEASE_ORPHANS, (), term),
                             lambda result: barrier.done() or barrier.set_result(result))
         result = await barrier
-        if result is None or not self.node._isLeader() or self.node.raftCurrentTerm != term:
+        if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
         with self.state_lock:
             self.directory = TubeDirectory(self.state.tubes)
-        release_sockets(self._held_client_port)
         try:
             await self._open_listener()
         except OSError as exc:
@@ -454,25 +413,26 @@ class QueueServer:
         return sum(1 for s in self.waiters if tube in s.watch)
 
     # ---------------------------------------------------------- after entry
-    def _after_entry(self) -> None:
-        """Runs after each applied entry's continuations: wake, flush, arm the timer."""
+    def _after_entry(self, effects: Effects | None = None) -> None:
+        """Runs after each applied entry's continuations, with what the entry did:
+        wake waiting reserves, forget emptied tubes, flush, arm the timer.
+        Without effects (an entry whose outcome is unknown, or no entry at all)
+        it only flushes and re-arms the timer from the state."""
         if not self.serving:
             return
-        state = self.state
-        with self.state_lock:
-            ready_changed = state.ready_changed
-            state.ready_changed = False
-            emptied = state.emptied_tubes
-            state.emptied_tubes = set()
-            next_deadline = state.next_deadline()
-            if emptied:
-                forget = [name for name in emptied if self.directory.maybe_free(name, state)]
-            else:
-                forget = ()
-        for name in forget:
-            self.batcher.submit((C.FORGET_TUBE, name), _ignore)
-        if ready_changed and self.waiters:
-            self._wake_waiters()
+        if effects is None:
+            with self.state_lock:
+                next_deadline = self.state.next_deadline()
+        else:
+            next_deadline = effects.next_deadline
+            if effects.emptied:
+                state = self.state
+                with self.state_lock:
+                    forget = [name for name in effects.emptied if self.directory.maybe_free(name, state)]
+                for name in forget:
+                    self.batcher.submit((C.FORGET_TUBE, name), _ignore)
+            if effects.woken and self.waiters:
+                self._wake_waiters()
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()
@@ -542,11 +502,11 @@ class QueueServer:
     # ----------------------------------------------------------------- stats
     def stats_body(self) -> bytes:
         with self.state_lock:
-            raft = self.node.status()
+            raft = self.replica.status()
             return server_stats(
                 self.state, self.directory, self.counters, self.sessions, len(self.waiters),
                 wall_ms(), self.max_job_size, self.draining,
-                journal=self.node.journal, raft=raft, limits=self.limits_report(),
+                journal=self.replica.journal, raft=raft, limits=self.limits_report(),
             )
 
     def limits_report(self) -> list[tuple[str, int]]:
@@ -568,13 +528,13 @@ class QueueServer:
         """The leader check (admin /leader): serving clients, and a majority
         answered this leader's appends within the leader fallback; false on a
         leader whose Raft thread is stuck, which cannot step down by itself."""
-        node = self.node
-        return self.serving and node is not None and node.followed_within(node.leader_fallback)
+        return self.serving and self.replica is not None and self.replica.is_followed()
 
     def status(self) -> dict:
         """For the admin endpoint and `cluster status`."""
-        raft = self.node.status() if self.node is not None else {}
-        lag = self.follower_lag()
+        replica = self.replica
+        raft = replica.status() if replica is not None else {}
+        lag = replica.follower_lag() if replica is not None else {}
         if lag:
             raft["follower_lag"] = lag
         return {
@@ -583,19 +543,9 @@ class QueueServer:
             "client_port_open": self._listener is not None,
             "draining": self.draining,
             "connections": len(self.sessions),
-            "internal_errors": self.node.state.internal_errors if self.node is not None else 0,
+            "internal_errors": replica.state.internal_errors if replica is not None else 0,
             **raft,
         }
-
-    def follower_lag(self) -> dict[str, dict]:
-        """On the leader: each follower's lag in entries and seconds, by Raft address; else {}."""
-        node = self.node
-        if node is None:
-            return {}
-        matches = node.peer_match_indexes()
-        now, commit = time.monotonic(), node.raftCommitIndex
-        return {peer: {"entries": max(0, commit - match), "seconds": node.observations.lag_seconds(match, now)}
-                for peer, match in sorted(matches.items())}
 
 
 def _ignore(result) -> None:

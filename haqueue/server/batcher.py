@@ -4,9 +4,13 @@ Commands arriving while entries are in flight ride in the next entry, with
 at most MAX_IN_FLIGHT entries outstanding (design.md "Throughput"). Every
 command carries a continuation; when its entry is committed and applied, the
 continuations run in the asyncio thread in log order, each with its own
-result. If the entry fails (leadership lost, queue full) its outcome is
-unknown, and each continuation receives `None`: the session closes the
-connection rather than guess (design.md I1).
+result, and then `on_applied` with the entry's effects (what the server acts
+on: haqueue/core/effects.py). If the entry fails (leadership lost, queue
+full) its outcome is unknown, and each continuation receives `None`: the
+session closes the connection rather than guess (design.md I1).
+
+So a worker's `delete` and the `reserve` it pipelines behind it, parsed in
+the same loop turn, ride in one entry, in that order.
 
 The leader stamps each entry with its wall clock, never running backwards.
 """
@@ -16,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from haqueue.core import commands as C
 from haqueue.core.commands import encode_batch
-from haqueue.replication.raft_node import FAIL_SUCCESS
 
 MAX_IN_FLIGHT = 4
 MAX_BATCH_COMMANDS = 2048
@@ -29,25 +33,23 @@ def wall_ms() -> int:
 
 
 class Batcher:
-    def __init__(self, node, loop: asyncio.AbstractEventLoop, on_applied) -> None:
-        self.node = node
+    def __init__(self, replica, loop: asyncio.AbstractEventLoop, on_applied) -> None:
+        self.replica = replica  # haqueue.replication.replica.Replica, or a stand-in
         self.loop = loop
-        self.on_applied = on_applied  # called after each entry's continuations ran
+        self.on_applied = on_applied  # on_applied(effects or None), after each entry's continuations
         self.pending: list[tuple] = []
         self.pending_conts: list = []
         self.pending_bytes = 0
         self.in_flight = 0
         self.flush_scheduled = False
         self.last_stamp = 0
-        self.entries_committed = 0
-        self.commands_committed = 0
         self.closed = False
 
     def submit(self, command: tuple, continuation) -> None:
         """Queue one command; continuation(result_or_None) runs once it is applied."""
         self.pending.append(command)
         self.pending_conts.append(continuation)
-        if command[0] == 1:  # PUT: count the body toward the entry size
+        if command[0] == C.PUT:  # count the body toward the entry size
             self.pending_bytes += len(command[5])
         if not self.flush_scheduled and self.in_flight < MAX_IN_FLIGHT:
             # Flush once the loop has read every socket that is ready now,
@@ -63,7 +65,7 @@ class Batcher:
                 cut = min(len(commands), MAX_BATCH_COMMANDS)
                 commands, self.pending = commands[:cut], commands[cut:]
                 conts, self.pending_conts = conts[:cut], conts[cut:]
-                self.pending_bytes = sum(len(c[5]) for c in self.pending if c[0] == 1)
+                self.pending_bytes = sum(len(c[5]) for c in self.pending if c[0] == C.PUT)
             else:
                 self.pending, self.pending_conts, self.pending_bytes = [], [], 0
             stamp = wall_ms()
@@ -74,24 +76,23 @@ class Batcher:
             data = encode_batch(stamp, commands)
             loop = self.loop
 
-            def done(results, error, conts=conts, n=len(commands)):
-                # Runs in the Raft tick thread: hand over to the loop.
-                loop.call_soon_threadsafe(self._done, conts, results, error, n)
+            def done(applied, conts=conts):
+                # Runs in the replication thread: hand over to the loop.
+                loop.call_soon_threadsafe(self._done, conts, applied)
 
-            self.node.submit(data, done)
+            self.replica.submit(data, done)
 
-    def _done(self, conts, results, error, n) -> None:
+    def _done(self, conts, applied) -> None:
         self.in_flight -= 1
-        if error != FAIL_SUCCESS or results is None:
+        if applied is None:
             for cont in conts:
                 cont(None)
+            self.on_applied(None)
         else:
-            self.entries_committed += 1
-            self.commands_committed += n
-            self.node.observations.batch_commands.observe(n)
-            for cont, result in zip(conts, results):
+            self.replica.observations.batch_commands.observe(len(conts))
+            for cont, result in zip(conts, applied.results):
                 cont(result)
-        self.on_applied()
+            self.on_applied(applied.effects)
         if self.pending and not self.flush_scheduled:
             self._flush()
 

@@ -196,11 +196,11 @@ class NodeCollector:
 
     def collect(self):
         server = self.server
-        node = server.node
-        if node is None:
+        replica = server.replica
+        if replica is None:
             return
         yield from self._beanstalkd(server)
-        yield from self._raft(server, node)
+        yield from self._raft(server, replica)
 
     def _beanstalkd(self, server):
         counts = self.job_counts
@@ -244,8 +244,8 @@ class NodeCollector:
         yield CounterMetricFamily("haqueue_internal_errors", "Commands the core refused as bugs "
                                   "(must stay 0).", value=internal_errors)
 
-    def _raft(self, server, node):
-        status = node.status()
+    def _raft(self, server, replica):
+        status = replica.status()
         info = InfoMetricFamily("haqueue", "This node: haqueue version and name.")
         info.add_metric([], {"version": __version__, "node": server.options.name})
         yield info
@@ -264,26 +264,26 @@ class NodeCollector:
             ("haqueue_raft_apply_lag_entries", max(0, commit - applied), "Committed entries not yet applied here."),
             ("haqueue_raft_log_entries", status["log_length"], "Entries in the in-memory Raft log."),
             ("haqueue_raft_has_quorum", int(bool(status["has_quorum"])), "1 while this node sees a quorum."),
-            ("haqueue_raft_read_lease", int(node.read_lease_valid()) if status["role"] == "leader" else 0,
+            ("haqueue_raft_read_lease", int(replica.read_lease_valid()) if status["role"] == "leader" else 0,
              "1 while the leader has heard a majority recently enough to answer reads locally."),
         ):
             yield GaugeMetricFamily(name, help_, value=value)
         # Peers by their id in the cluster file when known (else their Raft address).
         names = {raft: node_id for node_id, _, _, raft in server.options.members}
         up = GaugeMetricFamily("haqueue_raft_peer_up", "1 while the Raft link to the peer is up.", labels=["peer"])
-        for peer, connected in sorted(node.peers_connected().items()):
+        for peer, connected in sorted(replica.peers_connected().items()):
             up.add_metric([names.get(peer, peer)], int(connected))
         yield up
         lag = GaugeMetricFamily("haqueue_raft_follower_lag_entries", "On the leader: committed entries the "
                                 "follower has not acknowledged.", labels=["peer"])
         lag_seconds = GaugeMetricFamily("haqueue_raft_follower_lag_seconds", "On the leader: how long ago the "
                                         "oldest entry the follower lacks was committed.", labels=["peer"])
-        for peer, behind in server.follower_lag().items():
+        for peer, behind in replica.follower_lag().items():
             lag.add_metric([names.get(peer, peer)], behind["entries"])
             lag_seconds.add_metric([names.get(peer, peer)], behind["seconds"])
         yield lag
         yield lag_seconds
-        seen = node.observations
+        seen = replica.observations
         yield CounterMetricFamily("haqueue_raft_elections_won", "Elections this node won.", value=seen.elections_won)
         yield CounterMetricFamily("haqueue_raft_elections_lost", "Elections this node stood in and lost.",
                                   value=seen.elections_lost)
@@ -320,7 +320,7 @@ class NodeCollector:
 
 
 def node_journal(server):
-    return server.node.journal if server.node is not None else None
+    return server.replica.journal if server.replica is not None else None
 
 
 def _histogram(name: str, help_: str, histogram) -> HistogramMetricFamily:
@@ -342,7 +342,7 @@ class Metrics:
 
     def exposition(self) -> list[bytes]:
         """The body, as chunks to write one after another."""
-        if self.server.node is None:
+        if self.server.replica is None:
             return [generate_latest(self.registry)]
         names, columns = tube_rows(self.server)
         self.collector.job_counts = {key: sum(columns[slot]) for key, slot in JOB_COUNT_COLUMNS.items()}

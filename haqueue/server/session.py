@@ -222,7 +222,7 @@ class Session(asyncio.Protocol):
             # released and handed to someone else. While the lease holds, no
             # newer leader can exist (ReplicatedQueue.read_lease_valid); if it
             # never holds again, the step-down drops this connection unanswered.
-            if not self.server.node.read_lease_valid():
+            if not self.server.replica.read_lease_valid():
                 if self.lease_timer is None:
                     self._wait_for_lease()
                 return
@@ -304,7 +304,7 @@ class Session(asyncio.Protocol):
                 if self.server.drops_pending:
                     self.server.reads_after_drops.add(self)  # pumped again when they are applied
                     break
-                if not self.server.node.read_lease_valid():
+                if not self.server.replica.read_lease_valid():
                     # Possibly no longer the leader (just resumed, or cut off):
                     # hold the read until a majority is heard from again, or
                     # until the step-down drops this connection. Writes need

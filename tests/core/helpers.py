@@ -67,7 +67,7 @@ TICK = (C.TICK,)
 def run(state: QueueState, stamp: int, *commands) -> list[tuple]:
     """Apply one batch and insist no bug was caught at the apply boundary."""
     before = state.internal_errors
-    results = state.apply_batch(stamp, list(commands))
+    results = state.apply_batch(stamp, list(commands)).results
     assert state.internal_errors == before, f"internal error applying {commands}"
     return results
 

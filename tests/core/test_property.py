@@ -39,7 +39,7 @@ class Reference:
         self.job_timeouts = 0
         self.floor = 0
         self.bury_seq = 0  # orders the buried jobs first in first out
-        self.ready_changed = False
+        self.woken: set[str] = set()  # tubes where a job became ready in this entry
         self.emptied: set[str] = set()
 
     def in_tube(self, name, state=None):
@@ -56,7 +56,7 @@ class Reference:
 
     def to_ready(self, job):
         job.update(state="ready", reserver=None, deadline=0)
-        self.ready_changed = True
+        self.woken.add(job["tube"])
 
     def to_reserved(self, job, conn):
         job.update(state="reserved", reserver=conn, deadline=self.now + job["ttr"])
@@ -88,7 +88,7 @@ class Reference:
             if tube["pause"] and tube["unpause_at"] <= self.now:
                 tube.update(pause=0, unpause_at=0)
                 if self.in_tube(name, "ready"):
-                    self.ready_changed = True
+                    self.woken.add(name)
 
     def apply_batch(self, stamp, commands):
         self.advance(stamp)
@@ -187,7 +187,7 @@ class Reference:
         else:
             tube.update(pause=0, unpause_at=0)
             if self.in_tube(name, "ready"):
-                self.ready_changed = True
+                self.woken.add(name)
         return ("PAUSED",)
 
     def requeue(self, conns):
@@ -429,14 +429,15 @@ SETTINGS = settings(max_examples=200, deadline=None, phases=PHASES, suppress_hea
 def test_queue_state_agrees_with_the_reference_model_after_every_batch(log):
     state, ref = QueueState(), Reference()
     for stamp, commands in log:
-        state.ready_changed = ref.ready_changed = False
-        state.emptied_tubes.clear()
-        ref.emptied = set()
-        assert state.apply_batch(stamp, list(commands)) == ref.apply_batch(stamp, commands), (stamp, commands)
+        ref.woken, ref.emptied = set(), set()
+        applied = state.apply_batch(stamp, list(commands))
+        assert applied.results == ref.apply_batch(stamp, commands), (stamp, commands)
         assert state.internal_errors == 0
         assert_agree(observe(state), ref.observe())
-        assert state.ready_changed == ref.ready_changed
-        assert state.emptied_tubes == ref.emptied
+        # The effects the leader acts on: the tubes to wake and to forget, the next timer.
+        assert applied.effects.woken == ref.woken
+        assert applied.effects.emptied == ref.emptied
+        assert applied.effects.next_deadline == ref.observe()["next_deadline"]
 
 
 @settings(max_examples=100, deadline=None, phases=PHASES)

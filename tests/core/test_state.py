@@ -72,10 +72,9 @@ def test_put_with_delay_stays_delayed_until_stamp_plus_delay(state):
     run(state, T0 + 2999)
     assert job_state(state, 1) == "delayed"
     assert one(state, T0 + 2999, reserve(1)) == NO_JOB
-    state.ready_changed = False
-    run(state, T0 + 3000)
+    applied = state.apply_batch(T0 + 3000, [])
     assert job_state(state, 1) == "ready"
-    assert state.ready_changed
+    assert applied.effects.woken == {"default"}
     assert one(state, T0 + 3000, reserve(1)) == ("RESERVED", 1, BODY)
 
 
@@ -229,13 +228,12 @@ def test_deleted_delayed_job_never_comes_back(state):
 # release -------------------------------------------------------------------
 def test_release_without_delay_makes_the_job_ready_with_its_new_priority(state):
     run(state, T0, put(pri=500), reserve(1))
-    state.ready_changed = False
     assert one(state, T0, release(1, 1, pri=2000, delay=0)) == ("RELEASED",)
     job = state.jobs[1]
     assert (job_state(state, 1), job.pri, job.delay, job.releases) == ("ready", 2000, 0, 1)
     assert job.reserver is None
     assert state.reservations_of(1) == {}
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
     assert counts(state, ready=1, urgent=0)
 
 
@@ -376,22 +374,20 @@ def test_pause_tube_holds_reserves_until_the_stamp_where_it_ends(state):
     tube = state.tube("default")
     assert (tube.pause, tube.unpause_at, tube.cmd_pause) == (5000, T0 + 5000, 1)
     assert one(state, T0 + 4999, reserve(1)) == NO_JOB
-    state.ready_changed = False
     assert one(state, T0 + 5000, reserve(1)) == ("RESERVED", 1, BODY)
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
     assert (tube.pause, tube.unpause_at) == (0, 0)
 
 
 def test_pause_tube_zero_ends_the_pause_at_once(state):
     # beanstalkd 1.12 pauses for 1 ns, so a reserve right after it succeeds.
     run(state, T0, put(), pause("default", 60_000))
-    state.ready_changed = False
     run(state, T0 + 1, pause("default", 0))
     tube = state.tube("default")
     assert tube.cmd_pause == 2
     assert tube.pause == 0
     assert not tube.paused(T0 + 1)
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
     assert one(state, T0 + 1, reserve(1)) == ("RESERVED", 1, BODY)
 
 
@@ -404,10 +400,9 @@ def test_pause_tube_again_replaces_the_earlier_pause(state):
 
 def test_pause_ending_without_ready_jobs_does_not_signal_ready(state):
     run(state, T0, pause("empty", 1000))
-    state.ready_changed = False
     run(state, T0 + 1000)
     assert not state.tube("empty").paused(T0 + 1000)
-    assert not state.ready_changed
+    assert not state.effects().woken
 
 
 # time-to-run ---------------------------------------------------------------
@@ -415,14 +410,13 @@ def test_ttr_expiry_releases_the_job_and_counts_timeouts(state):
     run(state, T0, put(ttr=2000), reserve(1))
     run(state, T0 + 1999)
     assert job_state(state, 1) == "reserved"
-    state.ready_changed = False
     run(state, T0 + 2000)
     job = state.jobs[1]
     assert job_state(state, 1) == "ready"
     assert (job.timeouts, job.releases, job.reserves) == (1, 0, 1)
     assert state.job_timeouts == 1
     assert state.reservations_of(1) == {}
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
     assert one(state, T0 + 2000, delete(1, 1)) == ("DELETED",)  # anyone may now
 
 
@@ -448,14 +442,13 @@ def test_timeouts_count_across_jobs_globally(state):
 # connections going away ----------------------------------------------------
 def test_drop_conn_requeues_its_reservations_without_counting_releases(state):
     run(state, T0, put(), put(), put(), reserve(1), reserve(1), reserve(2))
-    state.ready_changed = False
     assert one(state, T0, drop_conn(1)) == ("OK",)
     for i in (1, 2):
         job = state.jobs[i]
         assert (job_state(state, i), job.releases, job.timeouts, job.reserves) == ("ready", 0, 0, 1)
     assert job_state(state, 3) == "reserved"
     assert state.reservations_of(1) == {}
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
     assert counts(state, ready=2, urgent=2, reserved=1)
 
 
@@ -607,28 +600,26 @@ def test_counts_per_tube_follow_the_job_through_every_state(state):
 def test_emptied_tubes_names_a_tube_that_lost_its_last_job(state):
     run(state, T0, put("a"), put("a"), put("b"))
     run(state, T0, delete(1, 1))
-    assert state.emptied_tubes == set()
+    assert state.effects().emptied == set()
     run(state, T0, delete(1, 2))
-    assert state.emptied_tubes == {"a"}
+    assert state.effects().emptied == {"a"}
 
 
-def test_ready_changed_is_set_by_a_ready_put_but_not_by_a_delayed_one(state):
+def test_a_ready_put_wakes_its_tube_but_a_delayed_one_does_not(state):
     run(state, T0, put(delay=1000))
-    assert not state.ready_changed
+    assert not state.effects().woken
     run(state, T0, put())
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
 
 
-def test_ready_changed_is_set_by_kicks_and_requeues(state):
+def test_kicks_and_requeues_wake_their_tube(state):
     run(state, T0, put(), put(delay=1000), reserve(1), bury(1, 1))
     for cmd in (kick(1), kick_job(2)):
-        state.ready_changed = False
         run(state, T0, cmd)
-        assert state.ready_changed
+        assert state.effects().woken == {"default"}
     run(state, T0, reserve(1))
-    state.ready_changed = False
     run(state, T0, drop_conn(1))
-    assert state.ready_changed
+    assert state.effects().woken == {"default"}
 
 
 # next_deadline --------------------------------------------------------------
@@ -747,7 +738,7 @@ _AFTER = [
 @pytest.mark.parametrize("bad", BAD_COMMANDS, ids=repr)
 def test_a_bad_command_is_an_internal_error_that_changes_nothing(bad):
     damaged, twin = _busy_state(), _busy_state()
-    results = damaged.apply_batch(T0 + 1, [put(), bad, put()])
+    results = damaged.apply_batch(T0 + 1, [put(), bad, put()]).results
     assert results[1] == INTERNAL_ERROR
     assert damaged.internal_errors == 1
     twin_results = run(twin, T0 + 1, put(), put())
@@ -755,7 +746,7 @@ def test_a_bad_command_is_an_internal_error_that_changes_nothing(bad):
     assert damaged.digest() == twin.digest()
     # Later commands behave exactly as if the bad one had never been applied.
     for stamp in (T0 + 2, T0 + 2000, T0 + 100_000):
-        assert damaged.apply_batch(stamp, list(_AFTER)) == run(twin, stamp, *_AFTER)
+        assert damaged.apply_batch(stamp, list(_AFTER)).results == run(twin, stamp, *_AFTER)
         assert damaged.digest() == twin.digest()
         assert damaged.counts() == twin.counts()
         assert damaged.next_deadline() == twin.next_deadline()
@@ -766,7 +757,7 @@ def test_a_bad_command_is_an_internal_error_that_changes_nothing(bad):
 def test_a_batch_with_a_bad_stamp_is_refused_without_raising(stamp):
     state = _busy_state()
     before = state.digest()
-    assert state.apply_batch(stamp, [put(), TICK]) == [INTERNAL_ERROR, INTERNAL_ERROR]
+    assert state.apply_batch(stamp, [put(), TICK]).results == [INTERNAL_ERROR, INTERNAL_ERROR]
     assert state.internal_errors >= 1
     assert state.digest() == before
 
@@ -775,13 +766,13 @@ def test_a_batch_with_a_bad_stamp_is_refused_without_raising(stamp):
 def test_a_batch_that_is_not_a_list_of_commands_is_refused_without_raising(commands):
     state = _busy_state()
     before = state.digest()
-    assert state.apply_batch(T0 + 1, commands) == []
+    assert state.apply_batch(T0 + 1, commands).results == []
     assert state.internal_errors == 1
     assert state.digest() == before
 
 
 def test_a_bad_command_does_not_stop_the_rest_of_its_batch(state):
-    results = state.apply_batch(T0, [put(), (99,), put()])
+    results = state.apply_batch(T0, [put(), (99,), put()]).results
     assert results == [("INSERTED", 1), INTERNAL_ERROR, ("INSERTED", 2)]
 
 

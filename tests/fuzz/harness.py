@@ -25,7 +25,6 @@ import threading
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
-from haqueue.replication.raft_node import FAIL_SUCCESS
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.batcher import Batcher
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, OUTPUT_HIGH, MemoryGauge
@@ -73,7 +72,7 @@ VOCABULARY = (
 
 
 class InstantLog:
-    """Stands in for ReplicatedQueue: a committed log of one, applied at once."""
+    """Stands in for the Replica: a committed log of one, applied at once."""
 
     def __init__(self) -> None:
         self.state = QueueState()
@@ -86,8 +85,8 @@ class InstantLog:
         _, commands = decode_batch(data)
         self.stamp += 7  # the log's own clock: deterministic, moving forward
         with self.state_lock:
-            results = self.state.apply_batch(self.stamp, commands)
-        callback(results, FAIL_SUCCESS)
+            applied = self.state.apply_batch(self.stamp, commands)
+        callback(applied)
 
     def read_lease_valid(self) -> bool:
         return True
@@ -170,9 +169,9 @@ def make_server(loop: asyncio.AbstractEventLoop) -> QueueServer:
     server = QueueServer(NodeOptions(listen=Listen(port=0), raft_address="127.0.0.1:0",
                                      max_job_size=MAX_JOB_SIZE))
     server.loop = loop
-    server.node = InstantLog()
+    server.replica = InstantLog()
     server.memory = MemoryGauge(loop, 0)  # never polled: never over
-    server.batcher = Batcher(server.node, loop, server._after_entry)
+    server.batcher = Batcher(server.replica, loop, server._after_entry)
     server.directory = TubeDirectory()
     server.serving = True
     return server
@@ -284,7 +283,7 @@ def check_session(data: bytes) -> None:
     _turns(loop, 5)
     server._step_down(graceful=True)  # its timers must not fire into the next input
     assert not errors, errors
-    state = server.node.state
+    state = server.replica.state
     assert state.internal_errors == 0
     for transport in transports:
         _check_replies(bytes(transport.received))

@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 
+import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported safely first)
 import pysyncobj.pickle
 
 from haqueue.core import commands as C

@@ -13,6 +13,7 @@ import gc
 import time
 import weakref
 
+import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported safely first)
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from haqueue.replication.fsync_policy import NEVER

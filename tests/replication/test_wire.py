@@ -7,6 +7,7 @@ import os
 import pickle
 import zlib
 
+import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported safely first)
 import pysyncobj.syncobj as syncobj_module
 import pysyncobj.tcp_connection as tcp_connection_module
 import pytest

@@ -12,7 +12,6 @@ import time
 import greenstalk
 import pytest
 
-from haqueue.server.app import Listen, NodeOptions, hold_client_port, release_sockets
 from tests.support.servers import RawConn, free_port, haqueue, start_haqueue
 
 
@@ -217,35 +216,6 @@ def test_many_waiting_reserves_each_get_a_different_job(server):
     finally:
         for w in workers:
             w.close()
-
-
-def _bind_fails(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-        return False
-
-
-def test_a_lone_node_holds_its_client_port_until_it_listens():
-    # Its Raft transport binds 127.0.0.1:0 after this: the kernel must not hand
-    # it the client port (see hold_client_port).
-    port = free_port()
-    held = hold_client_port(NodeOptions(listen=Listen(host="127.0.0.1", port=port), raft_address="127.0.0.1:0"))
-    try:
-        assert held and _bind_fails(port)
-    finally:
-        release_sockets(held)
-    assert held == [] and not _bind_fails(port)
-
-
-def test_nothing_is_held_for_a_cluster_node_or_a_unix_socket(tmp_path):
-    port = free_port()
-    cluster_node = NodeOptions(listen=Listen(host="127.0.0.1", port=port), raft_address="127.0.0.1:1",
-                               raft_partners=["127.0.0.1:2"])
-    unix = NodeOptions(listen=Listen(unix_path=str(tmp_path / "s")), raft_address="127.0.0.1:0")
-    assert hold_client_port(cluster_node) == [] and hold_client_port(unix) == []
 
 
 def test_a_tube_left_before_its_put_is_applied_is_still_listed(server):

@@ -67,7 +67,7 @@ class Host:
 
     def __init__(self, loop) -> None:
         self.loop = loop
-        self.node = Node()
+        self.replica = Node()
         self.counters = ServerCounters()
         self.directory = TubeDirectory()
         self.sessions: set = set()
@@ -88,13 +88,13 @@ async def _reserved_while_the_lease_lapsed(regain: bool) -> tuple[Session, Trans
     session, transport = Session(host, 1), Transport()
     session.connection_made(transport)
     session.reserving = session.reserve_in_flight = True
-    host.node.lease = False
+    host.replica.lease = False
     session._reserve_done(("RESERVED", 7, b"hi"))
     session.flush()
     await asyncio.sleep(0.05)  # several lease rechecks pass (10 ms each)
     assert transport.written == b""
     if regain:
-        host.node.lease = True
+        host.replica.lease = True
         for _ in range(100):
             await asyncio.sleep(0.01)
             if transport.written:
@@ -112,7 +112,7 @@ def test_a_reservation_held_for_the_lease_is_never_answered_after_a_step_down():
         session, transport, host = await _reserved_while_the_lease_lapsed(regain=False)
         session.abort()  # what the step-down does to every connection
         session.connection_lost(None)
-        host.node.lease = True
+        host.replica.lease = True
         await asyncio.sleep(0.05)
         return transport
 
@@ -125,7 +125,7 @@ def test_a_touch_waits_for_the_lease_too():
         host = Host(asyncio.get_running_loop())
         session, transport = Session(host, 1), Transport()
         session.connection_made(transport)
-        host.node.lease = False
+        host.replica.lease = False
         slot = [None]
         session.slots.append(slot)
         session.in_flight = 1
@@ -133,7 +133,7 @@ def test_a_touch_waits_for_the_lease_too():
         session.flush()
         await asyncio.sleep(0.05)  # several lease rechecks pass (10 ms each): nothing may be written
         before = transport.written
-        host.node.lease = True
+        host.replica.lease = True
         for _ in range(100):  # the next recheck writes it: poll, bounded
             await asyncio.sleep(0.01)
             if transport.written:

@@ -1,0 +1,310 @@
+"""LoneReplica: a cluster of one, which needs no Raft.
+
+A lone node is its own majority: an entry is committed the moment it is in
+its own journal, synced as its fsync policy says (`-f0`: before anything
+that depends on it is answered). So it needs none of pysyncobj's machinery:
+no tick thread, no Raft port, no election, no hand-off between threads.
+`submit` runs in the event loop's thread and does, in order: write the entry
+to the journal, fsync it (`-f0`; with `-f MS` a timer syncs at most every MS
+ms, as beanstalkd does), apply it, and call back with its results and
+effects. While the fsync runs, the loop reads nothing: the commands that
+arrive meanwhile wait in their sockets and ride together in the next entry
+(group commit by construction, as in beanstalkd's own loop).
+
+Measured against the pysyncobj path it replaces (docs/benchmarks.md, issue
+9): two thread hand-offs per entry and pysyncobj's per-tick work were most of
+a lone command's cost. And a lone node that never imports pysyncobj (nor the
+cryptography it loads) starts listening and answering sooner (issue 10).
+
+Files: the same as a Raft node's (journal records framed as pysyncobj frames
+its commands, the `.meta` file with the term, the snapshot with the two
+entries it covers), so `haqueue node replay` reads either, and so do the
+crash tests. Each start is a new term, as a lone Raft node's election was.
+
+Start-up: load the snapshot if there is one and line the journal up with it
+(snapshot.align_journal), then apply every journal entry after it, all of
+them: whatever is in a lone node's journal was committed. Compaction: once
+`compaction_entries` entries (and `compaction_seconds`) or `journal_limit`
+bytes have accumulated, a forked child writes the snapshot
+(snapshot.write_in_child) while the loop goes on; when it has finished, the
+journal prefix it covers is dropped, keeping its last two entries, which
+is what a Raft node keeps too.
+
+Storage errors are fatal (journal.py): the first JournalError stops the node
+with one line; the entry being submitted is answered with outcome unknown
+(its connection closes) and nothing after it is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import threading
+import time
+from typing import Callable
+
+from haqueue.core.commands import LogFormatError, decode_batch
+from haqueue.core.effects import Applied
+from haqueue.core.state import QueueState
+from haqueue.replication import applying, snapshot
+from haqueue.replication.journal import DurableJournal, JournalError
+from haqueue.replication.observed import RaftObservations
+
+log = logging.getLogger(__name__)
+
+# pysyncobj's framing of a replicated call, kept so that every tool reads a lone
+# node's journal like a Raft node's: a type byte (REGULAR), then the pickle of
+# (method id, args); haqueue has one replicated method, id 0 (raft_node point 1).
+_REGULAR = 0
+_REGULAR_BYTE = bytes([_REGULAR])
+_CANDIDATE, _LEADER = 1, 2  # pysyncobj's role numbers, for RaftObservations
+SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
+
+
+def frame(entry: bytes) -> bytes:
+    """A journal command carrying `entry`, framed as pysyncobj frames apply_entry(entry)."""
+    return _REGULAR_BYTE + pickle.dumps((0, (entry,)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unframe(command: bytes) -> bytes | None:
+    """The entry inside a journal command, or None for Raft's own (no-op) entries."""
+    if command[0] != _REGULAR:
+        return None
+    _method, args = pickle.loads(command[1:])
+    return args[0]
+
+
+class LoneReplica:
+    """The Replica interface (replica.py) for a node without peers."""
+
+    def __init__(self, config, *, on_role_change: Callable[[str, int], None],
+                 on_fatal: Callable[[str], None], compaction_seconds: float = 120.0) -> None:
+        self.config = config
+        self.on_role_change = on_role_change
+        self.on_fatal = on_fatal
+        self.observations = RaftObservations()
+        self.leader_fallback = (config.timing.leader_fallback if config.timing is not None else 0.5)
+        self.state = QueueState()
+        self.state_lock = threading.RLock()  # readers are on the same thread; kept for the interface
+        self.fatal_error: str | None = None
+        self.policy = config.policy
+        self.compaction_seconds = compaction_seconds
+        self.last_index = 0
+        self._snapshot_pid = 0
+        self._snapshot_covers: tuple | None = None  # (entry S, entry S-1) of the snapshot being written
+        self._snapshot_fd = -1
+        self._last_snapshot_index = 0
+        self._last_snapshot_time = time.monotonic()
+        self._sync_timer: asyncio.TimerHandle | None = None
+        self._meta_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.journal: DurableJournal | None = None
+        self.dump_path: str | None = None
+        if config.data_dir is None:
+            self.term = 1
+            return
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.dump_path = os.path.join(config.data_dir, "raft.snapshot")
+        self.journal = journal = DurableJournal(os.path.join(config.data_dir, "raft.journal"), self.policy)
+        try:
+            self._recover(journal)
+            self.term = journal.getCurrentTerm() + 1
+            journal.setCurrentTerm(self.term, config.self_address)
+        except BaseException:
+            journal._destroy()
+            raise
+
+    def _recover(self, journal: DurableJournal) -> None:
+        applied = 0
+        if os.path.isfile(self.dump_path):
+            with self.observations.restoring(self.dump_path):
+                self.state, raft_data = snapshot.read(self.dump_path)
+            snapshot.align_journal(journal, raft_data)
+            last, before = raft_data[0], raft_data[1]
+            applied = last[1]
+            if len(journal) < 2 or journal[0] != before or journal[1] != last:
+                # The journal does not continue this snapshot (it ends before it):
+                # start it afresh from the snapshot's two entries, as Raft does.
+                journal.clear()
+                journal.add(*before)
+                journal.add(*last)
+            self._last_snapshot_index = applied
+        for command, idx, _term in journal.entries:
+            if idx > applied:
+                entry = unframe(command)
+                if entry is not None:
+                    try:
+                        stamp, commands = decode_batch(entry)
+                    except LogFormatError as exc:
+                        raise LogFormatError(f"cannot apply a log entry: {exc}; refusing to run with "
+                                             f"a diverged state") from None
+                    self.state.apply_batch(stamp, commands)
+        self.last_index = journal[len(journal) - 1][1] if len(journal) else applied
+        journal.setRaftCommitIndex(self.last_index)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Lead at once (call from the event loop that will submit)."""
+        self._loop = asyncio.get_running_loop()
+        self.observations.role_changed(_CANDIDATE, _LEADER, self.term)
+        self.on_role_change("leader", self.term)
+        if self.journal is not None:
+            self._meta_timer = self._loop.call_later(1.0, self._every_second)
+
+    def _every_second(self) -> None:
+        # The commit index is stored lazily, as a Raft node stores it: it only
+        # tells `haqueue node replay` how far the journal is known committed.
+        journal = self.journal
+        if journal is None or self.fatal_error is not None:
+            return
+        try:
+            journal.onOneSecondTimer()
+        except JournalError as exc:
+            self._fatal(exc)
+            return
+        self._meta_timer = self._loop.call_later(1.0, self._every_second)
+
+    def stop(self) -> None:
+        for timer in (self._sync_timer, self._meta_timer):
+            if timer is not None:
+                timer.cancel()
+        self._sync_timer = self._meta_timer = None
+        if self._snapshot_pid:
+            self._forget_snapshot_writer()
+            pid, self._snapshot_pid = self._snapshot_pid, 0
+            snapshot.end_writer(pid, 0.0 if self.fatal_error is not None else SNAPSHOT_WRITER_GRACE)
+        journal, self.journal = self.journal, None
+        if journal is not None:
+            try:
+                journal._destroy()  # syncs what the policy left unsynced, and the meta file
+            except JournalError as exc:
+                log.error("%s", exc)
+
+    # ---------------------------------------------------------------- write
+    def submit(self, entry: bytes, on_applied: Callable[[Applied | None], None]) -> None:
+        """Log, sync (per policy), apply: `on_applied` runs before this returns."""
+        if self.fatal_error is not None:
+            on_applied(None)
+            return
+        index = self.last_index + 1
+        journal = self.journal
+        if journal is not None:
+            try:
+                journal.add(frame(entry), index, self.term)
+                journal.setRaftCommitIndex(index)  # stored lazily (_every_second)
+                if self.policy.durable:
+                    journal.sync()
+                elif not self.policy.never and self._sync_timer is None:
+                    self._sync_timer = self._loop.call_later(self.policy.interval_ms / 1000, self._sync_due)
+            except JournalError as exc:
+                self._fatal(exc)
+                on_applied(None)
+                return
+        self.last_index = index
+        stamp, commands = decode_batch(entry)  # what replay will apply: the logged bytes
+        applied = applying.apply_entry(self.state, self.state_lock, stamp, commands)
+        self.observations.note_commit(index, time.monotonic())
+        on_applied(applied)
+        if journal is not None and not self._snapshot_pid:
+            self._maybe_snapshot(journal)
+
+    def _sync_due(self) -> None:
+        self._sync_timer = None
+        journal = self.journal
+        if journal is None or self.fatal_error is not None:
+            return
+        try:
+            journal.force_sync()
+        except JournalError as exc:
+            self._fatal(exc)
+
+    def _fatal(self, exc: JournalError) -> None:
+        if self.fatal_error is None:
+            self.fatal_error = message = f"{exc}; stopping: this node can no longer make its log durable"
+            log.critical(message)
+            self.on_fatal(message)
+
+    # ------------------------------------------------------------ snapshots
+    def _maybe_snapshot(self, journal: DurableJournal) -> None:
+        limit = self.config.journal_limit
+        due = (self.last_index - self._last_snapshot_index >= self.config.compaction_entries
+               and time.monotonic() - self._last_snapshot_time >= self.compaction_seconds)
+        if (due or (limit is not None and journal.end > limit)) and len(journal) >= 2:
+            self._start_snapshot(journal)
+
+    def _start_snapshot(self, journal: DurableJournal) -> None:
+        last, before = journal[len(journal) - 1], journal[len(journal) - 2]
+        self.observations.snapshot_started()
+        self._snapshot_covers = (last, before)
+        pid = snapshot.write_in_child(self.dump_path, self.state, (last, before, ()),
+                                      sync=not self.policy.never)
+        self._snapshot_pid = pid
+        self._last_snapshot_time = time.monotonic()
+        self._snapshot_fd = os.pidfd_open(pid)
+        self._loop.add_reader(self._snapshot_fd, self._snapshot_written)
+
+    def _forget_snapshot_writer(self) -> None:
+        if self._snapshot_fd >= 0:
+            self._loop.remove_reader(self._snapshot_fd)
+            os.close(self._snapshot_fd)
+            self._snapshot_fd = -1
+
+    def _snapshot_written(self) -> None:
+        self._forget_snapshot_writer()
+        pid, self._snapshot_pid = self._snapshot_pid, 0
+        _, status = os.waitpid(pid, 0)
+        last, before = self._snapshot_covers
+        if os.waitstatus_to_exitcode(status) != 0:
+            self.observations.snapshot_finished(False, None)
+            log.warning("snapshot writer failed with status %s", status)
+            return
+        self._last_snapshot_index = last[1]
+        try:
+            size = os.path.getsize(self.dump_path)
+        except OSError:
+            size = None
+        self.observations.snapshot_finished(True, size)
+        journal = self.journal
+        if journal is None or self.fatal_error is not None:
+            return
+        # Keep the snapshot's two entries at the journal's head (what a restart
+        # and snapshot.align_journal expect); drop everything before them.
+        position = before[1] - journal[0][1]
+        if position > 0:
+            try:
+                journal.deleteEntriesTo(position)
+            except JournalError as exc:
+                self._fatal(exc)
+
+    # ----------------------------------------------------------- leadership
+    def is_leader(self) -> bool:
+        return self.fatal_error is None
+
+    def leads_in(self, term: int) -> bool:
+        return self.is_leader() and term == self.term
+
+    def read_lease_valid(self) -> bool:
+        return True  # nobody else can lead
+
+    def is_followed(self) -> bool:
+        return self.is_leader()
+
+    # --------------------------------------------------------------- status
+    def status(self) -> dict:
+        return {
+            "role": "leader" if self.is_leader() else "follower",
+            "term": self.term,
+            "leader": self.config.self_address,
+            "commit_index": self.last_index,
+            "applied_index": self.last_index,
+            "log_length": len(self.journal) if self.journal is not None else 0,
+            "has_quorum": True,
+        }
+
+    def peers_connected(self) -> dict[str, bool]:
+        return {}
+
+    def follower_lag(self) -> dict[str, dict]:
+        return {}

@@ -1,0 +1,77 @@
+"""Everything haqueue changes inside pysyncobj, installed in one place, for one version.
+
+haqueue relies on pysyncobj internals that no release promises to keep
+(name-mangled attributes, module globals it looks up at run time, its
+journal's shape), each listed with its reason in raft_node.py's docstring.
+So the version is pinned, and checked here, when pysyncobj is first imported
+through this module: another version stops the node with one line instead of
+misbehaving subtly.
+
+What is installed, and where it is defined:
+1. `socket.inet_ntop` put back: pysyncobj 0.3.17 replaces it with a
+   Windows-only function on every platform when its tcp_connection module is
+   imported (pysyncobj/win_inet_pton.py); pyroute2 and anything else in the
+   process that decodes an address would fail afterwards.
+2. `createJournal`: a `JournalSpec` path builds haqueue's DurableJournal
+   (journal.py), which fsyncs; any other argument reaches pysyncobj's own.
+3. The wire (wire.py): AES-GCM sealing instead of Fernet, and small messages
+   stored instead of compressed.
+The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
+raft_node.py; nothing outside haqueue/replication imports pysyncobj.
+"""
+
+from __future__ import annotations
+
+import socket as _socket
+
+PINNED_VERSION = "0.3.17"
+
+_real_inet_ntop = _socket.inet_ntop
+import pysyncobj  # noqa: E402  (the import that replaces socket.inet_ntop)
+import pysyncobj.syncobj as _syncobj_module  # noqa: E402
+import pysyncobj.tcp_connection  # noqa: E402,F401
+from pysyncobj.version import VERSION as _VERSION  # noqa: E402
+
+_socket.inet_ntop = _real_inet_ntop
+
+if _VERSION != PINNED_VERSION:
+    raise ImportError(
+        f"haqueue needs pysyncobj {PINNED_VERSION} exactly (it patches that version's internals); "
+        f"found {_VERSION}: pip install 'pysyncobj=={PINNED_VERSION}'"
+    )
+
+SyncObjException = pysyncobj.SyncObjException
+
+
+class JournalSpec(str):
+    """A journal path that also says how to fsync it (see createJournal above)."""
+
+    def __new__(cls, path: str, policy) -> "JournalSpec":
+        spec = super().__new__(cls, path)
+        spec.policy = policy
+        spec.journal = None  # the DurableJournal, once pysyncobj has built it
+        return spec
+
+
+_installed = False
+
+
+def install() -> None:
+    """Install the patches (idempotent); raft_node.py calls it when it loads."""
+    global _installed
+    if _installed:
+        return
+    from haqueue.replication import wire
+    from haqueue.replication.journal import DurableJournal
+
+    original_create_journal = _syncobj_module.createJournal
+
+    def create_journal(journal_file=None):
+        if isinstance(journal_file, JournalSpec):
+            journal_file.journal = DurableJournal(str(journal_file), journal_file.policy)
+            return journal_file.journal
+        return original_create_journal(journal_file)
+
+    _syncobj_module.createJournal = create_journal
+    wire.install()
+    _installed = True

@@ -1,0 +1,179 @@
+"""Replica: the replicated queue as the server and the command line see it.
+
+The whole seam between the protocol front ends and Raft. A front end builds
+entries (haqueue/core/commands.py encodes them), submits them here, and learns
+what applying each did: its results and its effects, as one value
+(`haqueue.core.effects.Applied`), or None when the outcome is unknown
+(leadership lost, the node stopping), in which case the front end must not
+guess an answer. It reads the queue state under `state_lock`, asks whether
+this node leads (`is_leader`, `term`) and whether its read lease holds, and
+hears of role changes and fatal errors through the two callbacks it passes
+in. Nothing here is asyncio-aware: callbacks run in the replication thread,
+and the front end hands them over to its loop.
+
+pysyncobj stays behind this class: raft_node.ReplicatedQueue is its only
+subclass, and the attributes pysyncobj names (raftCurrentTerm, _isLeader,
+raftCommitIndex...) are read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from haqueue.core.effects import Applied
+from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.timing import RaftTiming
+
+__all__ = ["Replica", "ReplicaConfig", "RaftTiming", "open_replica", "startup_errors"]
+
+
+@dataclass
+class ReplicaConfig:
+    """Where this node's Raft endpoint is, who its peers are, and how it keeps its log."""
+
+    self_address: str
+    partners: list[str]
+    data_dir: str | None = None
+    policy: FsyncPolicy = FsyncPolicy(50)
+    secret: str | None = None
+    timing: RaftTiming | None = None
+    compaction_entries: int = 20000
+    journal_limit: int | None = None
+    max_entry_bytes: int = 8 << 20
+
+
+OnApplied = Callable[[Applied | None], None]
+
+
+def preload(has_partners: bool) -> None:
+    """Import what `open_replica` will need now: `serve -u` drops privileges
+    before the replica opens, and the new user may not be able to read the
+    interpreter's files (a Python installed under /root)."""
+    if has_partners:
+        import haqueue.replication.raft_node  # noqa: F401
+    else:
+        import haqueue.replication.lone  # noqa: F401
+    startup_errors()
+
+
+def open_replica(config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
+                 on_fatal: Callable[[str], None]):
+    """This node's replica: a Raft member if it has partners, else a cluster of one
+    (lone.py), which needs no Raft and never imports pysyncobj."""
+    if not config.partners:
+        from haqueue.replication.lone import LoneReplica
+
+        return LoneReplica(config, on_role_change=on_role_change, on_fatal=on_fatal)
+    return Replica(config, on_role_change=on_role_change, on_fatal=on_fatal)
+
+
+class Replica:
+    """A member of a Raft group (pysyncobj, behind raft_node.ReplicatedQueue)."""
+
+    def __init__(self, config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
+                 on_fatal: Callable[[str], None]) -> None:
+        from haqueue.replication.raft_node import FAIL_SUCCESS, ReplicatedQueue
+
+        self._succeeded = FAIL_SUCCESS
+        self._raft = raft = ReplicatedQueue(
+            config.self_address, config.partners, data_dir=config.data_dir, policy=config.policy,
+            secret=config.secret, timing=config.timing, compaction_entries=config.compaction_entries,
+            journal_limit=config.journal_limit, max_entry_bytes=config.max_entry_bytes,
+            on_role_change=lambda role: on_role_change(role, raft.raftCurrentTerm),
+            on_fatal=on_fatal,
+        )
+        self.observations = raft.observations  # elections, snapshots, commit times (observed.py)
+        self.leader_fallback = raft.leader_fallback
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._raft.start()
+
+    def stop(self) -> None:
+        """Stop ticking and release the node's files (blocks for up to one tick)."""
+        self._raft.stop()
+
+    # ---------------------------------------------------------------- state
+    @property
+    def state(self):
+        """The queue state; read it only while holding `state_lock`."""
+        return self._raft.state
+
+    @property
+    def state_lock(self):
+        return self._raft.state_lock
+
+    @property
+    def journal(self):
+        """This node's DurableJournal (sizes, fsync times), or None in memory."""
+        return self._raft.journal
+
+    # ---------------------------------------------------------------- write
+    def submit(self, entry: bytes, on_applied: OnApplied) -> None:
+        """Append an encoded entry; `on_applied` runs in the replication thread
+        once it is applied here, with its Applied, or with None if its outcome
+        is unknown."""
+
+        succeeded = self._succeeded
+
+        def done(applied, error) -> None:
+            on_applied(applied if error == succeeded else None)
+
+        self._raft.submit(entry, done)
+
+    # ----------------------------------------------------------- leadership
+    def is_leader(self) -> bool:
+        return self._raft._isLeader()
+
+    @property
+    def term(self) -> int:
+        return self._raft.raftCurrentTerm
+
+    def leads_in(self, term: int) -> bool:
+        """Still the leader, and of this term (no re-election in between)?"""
+        raft = self._raft
+        return raft._isLeader() and raft.raftCurrentTerm == term
+
+    def read_lease_valid(self) -> bool:
+        """May this leader answer a read or hand out a reservation now? (raft_node point 12)"""
+        return self._raft.read_lease_valid()
+
+    def is_followed(self) -> bool:
+        """Leader, and a majority acknowledged its appends within the leader
+        fallback: what the VIP's health check asks (raft_node.followed_within)."""
+        return self._raft.followed_within(self.leader_fallback)
+
+    # --------------------------------------------------------------- status
+    def status(self) -> dict:
+        """Role, term, leader, commit and applied index, log length, quorum."""
+        return self._raft.status()
+
+    def peers_connected(self) -> dict[str, bool]:
+        """Each peer's Raft address, and whether its link is up."""
+        return self._raft.peers_connected()
+
+    def follower_lag(self) -> dict[str, dict]:
+        """On the leader: each follower's lag in entries and seconds, by Raft address; else {}."""
+        raft = self._raft
+        matches = raft.peer_match_indexes()
+        now, commit = time.monotonic(), raft.raftCommitIndex
+        return {peer: {"entries": max(0, commit - match), "seconds": self.observations.lag_seconds(match, now)}
+                for peer, match in sorted(matches.items())}
+
+
+def startup_errors() -> tuple[type[BaseException], ...]:
+    """What opening a replica raises for a journal, snapshot or log this node
+    cannot trust: the command line reports them in one line and exits non-zero."""
+    from haqueue.core.commands import LogFormatError
+    from haqueue.replication.journal import JournalError
+    from haqueue.replication.snapshot import SnapshotError
+
+    errors = (JournalError, SnapshotError, LogFormatError)
+    if "pysyncobj" in sys.modules:  # a lone node never loads it
+        from haqueue.replication.pysyncobj_patches import SyncObjException
+
+        errors += (SyncObjException,)
+    return errors

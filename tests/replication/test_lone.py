@@ -1,0 +1,131 @@
+"""A cluster of one (haqueue/replication/lone.py): log, sync, apply, in the loop's thread.
+
+Real files in tmp_path, a real event loop; the crash-and-fault side is covered by
+tests/replication/test_storage_faults.py, which runs `haqueue serve` (a lone node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from haqueue.core import commands as C
+from haqueue.replication.fsync_policy import DURABLE, FsyncPolicy
+from haqueue.replication.lone import LoneReplica
+from haqueue.replication.replay import replay_with_tail
+from haqueue.replication.replica import ReplicaConfig, open_replica
+
+STAMP = 1_700_000_000_000
+
+
+def put(tube: str = "default", body: bytes = b"x", delay: int = 0) -> tuple:
+    return (C.PUT, tube, 0, delay, 60_000, body)
+
+
+def run_lone(config: ReplicaConfig, batches: list[list[tuple]]) -> tuple[list, list, LoneReplica]:
+    """Open, lead, submit each batch as one entry, stop; what came back."""
+    roles: list = []
+    outcomes: list = []
+
+    async def main() -> LoneReplica:
+        replica = open_replica(config, on_role_change=lambda role, term: roles.append((role, term)),
+                               on_fatal=lambda message: roles.append(("fatal", message)))
+        replica.start()
+        for n, batch in enumerate(batches):
+            replica.submit(C.encode_batch(STAMP + n, batch), outcomes.append)
+        await asyncio.sleep(0)
+        replica.stop()
+        return replica
+
+    return roles, outcomes, asyncio.run(main())
+
+
+def test_a_lone_node_leads_at_once_and_answers_each_entry_as_it_is_submitted():
+    roles, outcomes, replica = run_lone(ReplicaConfig("127.0.0.1:0", []),
+                                        [[put("a"), put("b", delay=1000)], [(C.TICK,)]])
+    assert isinstance(replica, LoneReplica)
+    assert roles == [("leader", 1)]
+    assert [o.results for o in outcomes] == [[("INSERTED", 1), ("INSERTED", 2)], [("OK",)]]
+    assert outcomes[0].effects.woken == {"a"} and outcomes[0].effects.next_deadline == STAMP + 1000
+    assert replica.status()["commit_index"] == 2 and replica.is_followed() and replica.read_lease_valid()
+
+
+def test_what_a_lone_node_logged_is_there_after_a_restart_and_each_start_is_a_new_term(tmp_path):
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE)
+    _, _, first = run_lone(config, [[put(body=b"one")], [put(body=b"two"), put(body=b"three")]])
+    roles, outcomes, second = run_lone(config, [[put(body=b"four")]])
+    assert roles == [("leader", 2)]
+    assert outcomes[0].results == [("INSERTED", 4)]  # ids go on where they were
+    assert [job.body for _, job in sorted(second.state.jobs.items())] == [b"one", b"two", b"three", b"four"]
+    # The files read as a Raft node's: the offline replay sees every entry committed.
+    state, applied, tail = replay_with_tail(str(tmp_path))
+    assert (applied, tail) == (3, 0) and state.digest() == second.state.digest()
+
+
+def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path):
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=FsyncPolicy(50),
+                           journal_limit=4096)
+    body = b"b" * 700
+
+    async def main() -> tuple[str, int]:
+        replica = open_replica(config, on_role_change=lambda *a: None, on_fatal=pytest.fail)
+        replica.start()
+        for n in range(40):
+            replica.submit(C.encode_batch(STAMP + n, [put(body=body)]), lambda applied: None)
+            while replica._snapshot_pid:  # the writer's exit reaches the loop as an event
+                await asyncio.sleep(0.005)
+        digest = replica.state.digest()
+        snapshots = replica.observations.snapshots
+        replica.stop()
+        return digest, snapshots
+
+    digest, snapshots = asyncio.run(main())
+    assert snapshots >= 3
+    assert os.path.getsize(tmp_path / "raft.journal") < 4096 + 2 * 800  # folded, not grown
+    _, _, again = run_lone(config, [])
+    assert again.state.digest() == digest and len(again.state.jobs) == 40
+    assert replay_with_tail(str(tmp_path))[0].digest() == digest
+
+
+def test_a_data_dir_written_by_a_raft_lone_node_is_read_by_a_lone_replica(tmp_path):
+    """Upgrading: a lone node's files from before lone.py (pysyncobj's) carry on."""
+    code = f"""
+import threading, time
+from haqueue.core import commands as C
+from haqueue.replication.fsync_policy import DURABLE
+from haqueue.replication.raft_node import ReplicatedQueue
+node = ReplicatedQueue("127.0.0.1:0", [], data_dir={str(tmp_path)!r}, policy=DURABLE)
+node.start()
+done = threading.Event()
+for n in range(3):
+    node.submit(C.encode_batch({STAMP} + n, [{put(body=b"old")!r}]), lambda applied, error: done.set())
+    assert done.wait(10); done.clear()
+node.stop()
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    _, outcomes, lone = run_lone(ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE),
+                                 [[put(body=b"new")]])
+    assert outcomes[0].results == [("INSERTED", 4)]
+    assert [job.body for _, job in sorted(lone.state.jobs.items())] == [b"old"] * 3 + [b"new"]
+
+
+def test_a_lone_node_never_loads_pysyncobj_or_cryptography(tmp_path):
+    code = f"""
+import asyncio, sys
+from haqueue.replication.replica import ReplicaConfig, open_replica
+import haqueue.server.app, haqueue.cli.serve
+async def main():
+    replica = open_replica(ReplicaConfig("127.0.0.1:0", [], data_dir={str(tmp_path)!r}),
+                           on_role_change=lambda *a: None, on_fatal=print)
+    replica.start()
+    replica.stop()
+asyncio.run(main())
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("pysyncobj", "cryptography")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
