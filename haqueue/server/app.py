@@ -394,7 +394,10 @@ class QueueServer:
             return
         readers, self.reads_after_drops = self.reads_after_drops, set()
         for session in readers:
-            session.pump()
+            if session.reserving:
+                session.try_reserve()
+            else:
+                session.pump()
             self.dirty.add(session)
 
     def unref_tube(self, name: str) -> None:

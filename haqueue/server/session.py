@@ -587,6 +587,13 @@ class Session(asyncio.Protocol):
             state = server.state
             ready = state.has_ready(self.watch, now)
             soonest = state.soonest_reservation_deadline(self.conn_id)
+        if not ready and server.drops_pending:
+            # A connection closed a moment ago and its reservations are on
+            # their way back to ready (DROP_CONN in flight): beanstalkd would
+            # already have them, so decide (TIMED_OUT, DEADLINE_SOON, wait)
+            # once they are applied (QueueServer._drop_done tries again).
+            server.reads_after_drops.add(self)
+            return False
         # A deadline is stored up to STAMP_RESOLUTION_MS after the moment the
         # client's time-to-run ends (timers.deadline_ms), so that it never
         # fires early; whether it is *soon* is judged from that moment, as

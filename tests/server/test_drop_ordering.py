@@ -1,0 +1,46 @@
+"""A connection's close is seen by every command that follows it, as in beanstalkd.
+
+beanstalkd puts a closed connection's reservations back before it reads anything else;
+haqueue logs DROP_CONN, so for a moment they are still reserved. Reads wait for it
+(QueueServer.reads_after_drops); so must a reserve that would otherwise answer at once.
+The server, sessions and batcher are real; the log is the fuzz harness's InstantLog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from haqueue.server.batcher import wall_ms
+from haqueue.server.session import Session
+from tests.fuzz.harness import ScriptedTransport, make_server
+
+
+def turns(loop: asyncio.AbstractEventLoop, count: int = 5) -> None:
+    for _ in range(count):
+        loop.run_until_complete(asyncio.sleep(0))
+
+
+def connect(server, conn_id: int) -> tuple[Session, ScriptedTransport]:
+    session = Session(server, conn_id)
+    transport = ScriptedTransport(session)
+    session.connection_made(transport)
+    return session, transport
+
+
+def test_a_reserve_with_timeout_0_right_after_a_close_gets_the_job_the_close_released():
+    loop = asyncio.new_event_loop()
+    try:
+        server = make_server(loop)
+        server.replica.stamp = wall_ms()
+        holder, _ = connect(server, 1)
+        holder.data_received(b"put 0 0 60 1\r\na\r\nreserve\r\n")
+        turns(loop)
+        other, transport = connect(server, 2)
+        holder.connection_lost(None)  # its DROP_CONN is submitted, not yet applied
+        assert server.drops_pending
+        other.data_received(b"reserve-with-timeout 0\r\n")
+        turns(loop)
+        transport.drain(1 << 20)
+        assert transport.received == b"RESERVED 1 1\r\na\r\n"
+    finally:
+        loop.close()
