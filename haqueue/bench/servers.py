@@ -56,8 +56,33 @@ def beanstalkd_path() -> str:
     return found
 
 
+# CPUs the started servers run on (`bench --server-cpus`), or None: anywhere.
+SERVER_CPUS: set[int] | None = None
+
+
+def pin_servers(cpus: set[int]) -> None:
+    """Run started servers on `cpus` and this process (the load) on the others,
+    so the load generator never takes the servers' CPU time."""
+    global SERVER_CPUS
+    mine = os.sched_getaffinity(0)
+    if not cpus <= mine:
+        raise BenchError(f"--server-cpus: this machine has CPUs {sorted(mine)}, not {sorted(cpus - mine)}")
+    if not mine - cpus:
+        raise BenchError("--server-cpus: leave at least one CPU for the load generator")
+    SERVER_CPUS = set(cpus)
+    os.sched_setaffinity(0, mine - cpus)
+
+
 def server_command(kind: str, port: int, data_dir: str | None) -> list[str]:
     """The command line that runs `kind` on HOST:port; durable when data_dir is given."""
+    if SERVER_CPUS is not None:
+        # taskset sets the affinity before exec: every thread the server starts inherits it.
+        return ["taskset", "-c", ",".join(map(str, sorted(SERVER_CPUS))),
+                *_unpinned_command(kind, port, data_dir)]
+    return _unpinned_command(kind, port, data_dir)
+
+
+def _unpinned_command(kind: str, port: int, data_dir: str | None) -> list[str]:
     if kind == "beanstalkd":
         cmd = [beanstalkd_path(), "-l", HOST, "-p", str(port)]
     elif kind == "haqueue":

@@ -89,6 +89,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--flood", is_flag=True,
               help="Hostile-client benchmark: a synchronous client's put latency idle and while "
                    "another connection floods stats (--server/--compare; --jobs: puts per phase).")
+@click.option("--server-cpus", default=None, metavar="LIST",
+              help="Run the servers bench starts on these CPUs (e.g. 0) and the load on the "
+                   "others; for a --cluster, start it under `taskset -c LIST` yourself.")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
@@ -119,12 +122,24 @@ def bench(
     timer_count: int | None,
     startup_count: int | None,
     flood: bool,
+    server_cpus: str | None,
     cluster: str | None,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
     Every reply is checked; the first unexpected one ends the run with an error.
     """
+    if server_cpus is not None:
+        from haqueue.bench.servers import pin_servers
+
+        try:
+            cpus = {int(part) for part in server_cpus.split(",") if part.strip()}
+        except ValueError:
+            raise click.ClickException(f"--server-cpus {server_cpus!r}: expected CPU numbers, e.g. 0 or 0,1")
+        try:
+            pin_servers(cpus or {-1})
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
     if scrape_tubes is not None:
         from haqueue.bench.scrape import bench_scrape
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -126,6 +127,10 @@ def test_unreachable_address_exits_nonzero_with_one_line():
         (["--cluster", "c.toml", "--compare", "--durable"],
          "--compare --cluster always runs beanstalkd both in memory and with -f0"),
         (["--cluster", "c.toml", "--server", "beanstalkd"], "--server and --cluster exclude each other"),
+        (["--server-cpus", "x"], "--server-cpus 'x': expected CPU numbers, e.g. 0 or 0,1"),
+        (["--server-cpus", "4096"], "--server-cpus: this machine has CPUs"),
+        (["--server-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0))))],
+         "--server-cpus: leave at least one CPU for the load generator"),
     ],
 )
 def test_bad_options_exit_nonzero_with_one_line(args, message, capsys):
@@ -139,3 +144,15 @@ def test_click_rejects_a_bad_value_in_one_line(capsys):
     assert main(["bench", "--window", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'--window'" in err
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 CPUs: one for servers, one for load")
+def test_server_cpus_runs_started_servers_there_and_the_load_elsewhere():
+    # In a subprocess: pinning changes the affinity of the process that asks for it.
+    code = ("import os; from haqueue.bench import servers; cpu = min(os.sched_getaffinity(0)); "
+            "servers.pin_servers({cpu}); "
+            "print(servers.server_command('beanstalkd', 1, None)[:3], cpu in os.sched_getaffinity(0), cpu)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cpu = out.stdout.split()[-1]
+    assert out.stdout.startswith(f"['taskset', '-c', '{cpu}'] False ")
