@@ -21,13 +21,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from haqueue.core.effects import Applied
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.timing import RaftTiming
 
-__all__ = ["Replica", "ReplicaConfig", "RaftTiming", "open_replica", "startup_errors"]
+__all__ = ["Replica", "ReplicaConfig", "ReplicaLike", "RaftTiming", "open_replica", "startup_errors"]
 
 
 @dataclass
@@ -48,6 +48,33 @@ class ReplicaConfig:
 OnApplied = Callable[[Applied | None], None]
 
 
+@runtime_checkable
+class ReplicaLike(Protocol):
+    """What a front end may use of a replica: Replica and lone.LoneReplica both are one."""
+
+    observations: Any  # observed.RaftObservations
+    leader_fallback: float
+
+    @property
+    def state(self) -> Any: ...  # core.state.QueueState, read under state_lock
+    @property
+    def state_lock(self) -> Any: ...
+    @property
+    def journal(self) -> Any: ...  # journal.DurableJournal, or None in memory
+    @property
+    def term(self) -> int: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def submit(self, entry: bytes, on_applied: OnApplied) -> None: ...
+    def is_leader(self) -> bool: ...
+    def leads_in(self, term: int) -> bool: ...
+    def read_lease_valid(self) -> bool: ...
+    def is_followed(self) -> bool: ...
+    def status(self) -> dict: ...
+    def peers_connected(self) -> dict[str, bool]: ...
+    def follower_lag(self) -> dict[str, dict]: ...
+
+
 def preload(has_partners: bool) -> None:
     """Import what `open_replica` will need now: `serve -u` drops privileges
     before the replica opens, and the new user may not be able to read the
@@ -60,7 +87,7 @@ def preload(has_partners: bool) -> None:
 
 
 def open_replica(config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
-                 on_fatal: Callable[[str], None]):
+                 on_fatal: Callable[[str], None]) -> ReplicaLike:
     """This node's replica: a Raft member if it has partners, else a cluster of one
     (lone.py), which needs no Raft and never imports pysyncobj."""
     if not config.partners:

@@ -31,7 +31,7 @@ from typing import Callable
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.core.effects import Effects
-from haqueue.replication.replica import RaftTiming, Replica, ReplicaConfig, open_replica
+from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
@@ -132,7 +132,7 @@ class QueueServer:
         self.max_job_size = options.max_job_size
         self.limits = options.limits
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.replica: Replica | None = None
+        self.replica: ReplicaLike | None = None
         self.batcher: Batcher | None = None
         self.directory = TubeDirectory()
         self.counters = ServerCounters()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.replica import Replica, ReplicaConfig
+from haqueue.replication.lone import LoneReplica
+from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike
 from tests.replication.raft_nodes import free_ports
 
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
@@ -71,6 +72,7 @@ def test_a_lone_replica_leads_and_returns_each_entry_s_results_and_effects():
 
     replica = Replica(ReplicaConfig(f"127.0.0.1:{free_ports(1)[0]}", [], policy=NEVER),
                       on_role_change=role_changed, on_fatal=lambda message: None)
+    assert isinstance(replica, ReplicaLike)
     replica.start()
     try:
         assert leading.wait(5), roles
@@ -98,3 +100,9 @@ def test_a_lone_replica_leads_and_returns_each_entry_s_results_and_effects():
             assert sorted(replica.state.jobs) == [1, 2]
     finally:
         replica.stop()
+
+
+
+def test_a_lone_replica_offers_everything_the_interface_names():
+    lone = LoneReplica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
+    assert isinstance(lone, ReplicaLike)
