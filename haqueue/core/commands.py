@@ -11,6 +11,9 @@ Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
 2. Changing the arguments of an opcode means a new opcode.
 3. Bump LOG_FORMAT_VERSION when an old node could not apply a new entry;
    nodes refuse entries of a version they do not know (see decode_batch).
+   An entry carries the lowest version that knows all its commands, so a
+   cluster being upgraded node by node keeps running until a new command
+   is used (an old node then stops with one line instead of diverging).
 4. Keep a journal written by the old version in tests/testdata and a test
    that replays it.
 """
@@ -20,7 +23,8 @@ from __future__ import annotations
 import io
 import pickle
 
-LOG_FORMAT_VERSION = 1
+LOG_FORMAT_VERSION = 2
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14}  # the opcodes each version added start here
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -37,6 +41,8 @@ DROP_CONN = 11  # (DROP_CONN, conn): the connection closed; its reservations go 
 RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...), epoch): a new leader keeps only these
 # connections' reservations; connections of epochs below `epoch` may reserve no more
 FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
+# version 2
+ID_RESERVE = 14  # (ID_RESERVE, rule, app, n): the id service hands out n values (core/ids.py)
 
 NAMES = {
     TICK: "tick",
@@ -53,6 +59,7 @@ NAMES = {
     DROP_CONN: "drop-conn",
     RELEASE_ORPHANS: "release-orphans",
     FORGET_TUBE: "forget-tube",
+    ID_RESERVE: "id-reserve",
 }
 
 
@@ -62,7 +69,12 @@ class LogFormatError(ValueError):
 
 def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
-    return pickle.dumps((LOG_FORMAT_VERSION, stamp_ms, commands), protocol=5)
+    version = 1
+    for command in commands:
+        if command[0] >= FIRST_OPCODE_OF_VERSION[2]:
+            version = 2
+            break
+    return pickle.dumps((version, stamp_ms, commands), protocol=5)
 
 
 class _PlainValues(pickle.Unpickler):
@@ -79,6 +91,6 @@ def decode_batch(data: bytes) -> tuple[int, list[tuple]]:
         version, stamp_ms, commands = _PlainValues(io.BytesIO(data)).load()
     except Exception as exc:  # a corrupt or foreign entry: refuse loudly
         raise LogFormatError(f"undecodable log entry: {exc}") from None
-    if version != LOG_FORMAT_VERSION:
+    if type(version) is not int or not 1 <= version <= LOG_FORMAT_VERSION:
         raise LogFormatError(f"log format version {version}, this node speaks {LOG_FORMAT_VERSION}")
     return stamp_ms, commands

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 MAX_ID_LENGTH = 64
 MAX_COUNTER = 2**63 - 1
@@ -39,7 +39,41 @@ SAMPLE_CYCLES = 1000
 # check is about the template, not about today).
 _SAMPLE_FROM_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
-# Field name -> how it renders from an aware datetime (and the unix time in s).
+class Civil(NamedTuple):
+    """A moment's calendar fields at a fixed UTC offset."""
+
+    year: int
+    month: int
+    day: int
+    hour: int
+    minute: int
+    second: int
+    yday: int
+
+
+def civil(unix: int, utc_offset: int) -> Civil:
+    """Calendar fields of unix time `unix` (s) at `utc_offset` (s east), by integer
+    arithmetic (H. Hinnant's days-to-civil; proleptic Gregorian): no datetime, so
+    the core reads no clock even by accident (tests/core/test_purity.py)."""
+    local = unix + utc_offset
+    days, seconds = divmod(local, 86400)
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    yday = _DAYS_BEFORE_MONTH[month] + day + (1 if leap and month > 2 else 0)
+    return Civil(year, month, day, seconds // 3600, seconds % 3600 // 60, seconds % 60, yday)
+
+
+_DAYS_BEFORE_MONTH = (0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
+
+# Field name -> how it renders from the calendar fields (and the unix time in s).
 _TIME_FIELDS = {
     "year": lambda t, unix: t.year,
     "yy": lambda t, unix: t.year % 100,
@@ -49,7 +83,7 @@ _TIME_FIELDS = {
     "hour": lambda t, unix: t.hour,
     "minute": lambda t, unix: t.minute,
     "second": lambda t, unix: t.second,
-    "yday": lambda t, unix: t.timetuple().tm_yday,
+    "yday": lambda t, unix: t.yday,
     "unix": lambda t, unix: unix,
 }
 # How long until a template's time part repeats, by its coarsest year field (years).
@@ -138,7 +172,7 @@ class IdRule:
     # ----------------------------------------------------------- rendering
     def render(self, counter: int, now_ms: int, salt: str = "") -> str:
         unix = now_ms // 1000
-        moment = datetime.fromtimestamp(unix, timezone(timedelta(seconds=self.utc_offset)))
+        moment = civil(unix, self.utc_offset)
         out = []
         for token in self.tokens:
             if type(token) is str:
@@ -159,7 +193,7 @@ class IdRule:
 def _time_part(tokens: tuple[Token, ...], utc_offset: int, now_ms: int) -> str:
     """An id's time fields alone (what tells cycles apart)."""
     unix = now_ms // 1000
-    moment = datetime.fromtimestamp(unix, timezone(timedelta(seconds=utc_offset)))
+    moment = civil(unix, utc_offset)
     return "|".join(f"{_TIME_FIELDS[t.name](moment, unix)}" for t in tokens
                     if type(t) is Field and t.name in _TIME_FIELDS)
 

@@ -32,12 +32,14 @@ from collections import OrderedDict
 
 from haqueue.core import commands as C
 from haqueue.core.effects import Applied, Effects
+from haqueue.core.ids import IdState
 from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
 from haqueue.core.tube import Tube, compact
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
-SNAPSHOT_FORMAT_VERSION = 2
+# 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
+SNAPSHOT_FORMAT_VERSION = 3
 
 # Results are small tuples whose first element names the protocol reply.
 NOT_FOUND = ("NOT_FOUND",)
@@ -79,6 +81,8 @@ class QueueState:
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
         # Counts over all tubes, kept incrementally for `stats`.
         self.reserved_count = 0
+        # The id service rides on the same log, with its own section of the records.
+        self.ids = IdState()
         # What the entry being applied did (effects.py); fresh sets per entry.
         self._woken: set[str] = set()  # tubes in which a job became ready
         self._emptied: set[str] = set()  # tubes that lost their last job
@@ -493,6 +497,10 @@ class QueueState:
                 job.tube.push_ready(job)
                 self._woken.add(job.tube.name)
 
+    def _id_reserve(self, cmd: tuple, now: int) -> tuple:
+        _, rule, app, n = cmd
+        return self.ids.reserve(rule, app, n, now)  # checks its own argument types
+
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
         if type(tube_name) is not str:
@@ -569,6 +577,7 @@ class QueueState:
             tubes,
             jobs,
             self.conn_epoch_floor,
+            self.ids.to_records(),
         )
 
     def serialize(self) -> bytes:
@@ -581,7 +590,10 @@ class QueueState:
     @classmethod
     def from_records(cls, records: tuple) -> "QueueState":
         version = records[0]
+        ids = None
         if version == SNAPSHOT_FORMAT_VERSION:
+            _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor, ids = records
+        elif version == 2:
             _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
         elif version == 1:
             # Buried jobs are restored in id order, the best 1 can do; some
@@ -592,6 +604,8 @@ class QueueState:
         else:
             raise ValueError(f"snapshot format {version}, this node reads {SNAPSHOT_FORMAT_VERSION}")
         state = cls()
+        if ids is not None:
+            state.ids = IdState.from_records(ids)
         state.next_id = next_id
         state.now = now
         state.total_jobs = total_jobs
@@ -683,4 +697,5 @@ _HANDLERS = {
     C.DROP_CONN: QueueState._drop_conn,
     C.RELEASE_ORPHANS: QueueState._release_orphans,
     C.FORGET_TUBE: QueueState._forget_tube,
+    C.ID_RESERVE: QueueState._id_reserve,
 }

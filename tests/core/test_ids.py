@@ -174,3 +174,12 @@ def test_no_id_is_ever_issued_twice_per_key_whatever_the_stamps(ops, step_offset
             assert text not in issued.setdefault(key, set()), (key, text)
             issued[key].add(text)
     assert state.digest() == replica.digest()
+
+
+@given(st.integers(min_value=-2_000_000_000, max_value=9_000_000_000), st.integers(-14 * 3600, 14 * 3600))
+def test_calendar_fields_agree_with_the_standard_library(unix, offset):
+    from haqueue.core.idrules import civil
+
+    moment = datetime.fromtimestamp(unix, timezone(timedelta(seconds=offset)))
+    assert civil(unix, offset) == (moment.year, moment.month, moment.day, moment.hour, moment.minute,
+                                   moment.second, moment.timetuple().tm_yday)

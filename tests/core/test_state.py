@@ -885,11 +885,12 @@ def test_buried_order_is_part_of_the_digest():
 def test_version_1_snapshot_records_are_still_read():
     state = QueueState()
     run(state, T0, put(), put(delay=1000), put(), reserve(1), bury(1, 1))
-    version, next_id, now, total, timeouts, tubes, jobs, floor = state.to_records()
-    assert version == 2
+    version, next_id, now, total, timeouts, tubes, jobs, floor, ids = state.to_records()
+    assert version == 3
     v1_tubes = tuple(t[:6] for t in tubes)
     for records in ((1, next_id, now, total, timeouts, v1_tubes, jobs, floor),
-                    (1, next_id, now, total, timeouts, v1_tubes, jobs)):
+                    (1, next_id, now, total, timeouts, v1_tubes, jobs),
+                    (2, next_id, now, total, timeouts, tubes, jobs, floor)):  # 2: no id section
         restored = QueueState.from_records(records)
         assert restored.digest() == state.digest()
 
@@ -924,3 +925,14 @@ def test_apply_of_one_command_follows_the_same_rules_as_a_batch(state):
     assert state.apply((C.PUT, "default", "1", 0, 1000, b"x"), state.now) == INTERNAL_ERROR
     assert state.internal_errors == 2
     assert state.next_id == 2
+
+
+def test_id_reservations_ride_the_log_and_the_snapshot():
+    state = QueueState()
+    # The built-in `counter` rule starts at 0: two values, 0 and 1, stamped with the entry.
+    assert run(state, T0, (C.ID_RESERVE, "counter", "app", 2), put()) == [("RESERVED", 0, 2, 1, T0),
+                                                                          ("INSERTED", 1)]
+    restored = QueueState.deserialize(state.serialize())
+    assert restored.digest() == state.digest()
+    assert run(restored, T0 + 1, (C.ID_RESERVE, "counter", "app", 1)) == \
+        run(state, T0 + 1, (C.ID_RESERVE, "counter", "app", 1))

@@ -43,7 +43,8 @@ def test_a_node_refuses_an_entry_of_another_log_format_version(tmp_path):
     )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("haqueue: cannot apply a log entry: log format version 2, this node speaks 1")
+    assert last.startswith(f"haqueue: cannot apply a log entry: log format version {C.LOG_FORMAT_VERSION + 1}, "
+                           f"this node speaks {C.LOG_FORMAT_VERSION}")
 
 
 def test_the_one_replicated_method_has_id_zero():
