@@ -81,6 +81,7 @@ class InstantLog:
         self.journal = None
         self.stamp = 1_000_000
         self.observations = RaftObservations()  # the batcher records entry sizes there
+        self.ticked_at = float("inf")  # its "tick" is every submit: never overdue (server/turns.py)
 
     def submit(self, data: bytes, callback) -> None:
         _, commands = decode_batch(data)
