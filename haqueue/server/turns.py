@@ -12,9 +12,10 @@ has waited a whole switch interval (5 ms) with no other switch in between,
 and the loop switches on every callback. Profiled with one connection
 pipelining `stats` and reading every reply (docs/reliability.md, "Hostile
 clients"): a synchronous client's put then waited 20-280 ms for the tick
-thread to pick its entry up, p99 18-28x its idle value, and the tick thread
-went up to 110 ms between ticks, the heartbeats with it; on a loaded machine
-the cluster's leader lost its followers and dropped every client.
+thread to pick its entry up, p99 7-89x its idle value, and the tick thread
+went up to 110-190 ms between ticks, the heartbeats with it; twice, on a loaded
+machine, a cluster's leader dropped the measuring client mid-run, as it does
+when it steps down.
 
 So a connection that has used up its turn waits, while a write is waiting for
 Raft (queued in the batcher or in flight) or while the tick thread is overdue
