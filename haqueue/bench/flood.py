@@ -11,6 +11,7 @@ has left. Started servers (beanstalkd, haqueue) are measured in the same run.
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import ssl
 import threading
@@ -104,6 +105,43 @@ class Flood:
             pass
 
 
+def _flood_in_child(host: str, port: int, read: bool, started, stop) -> None:
+    flood = Flood(host, port, read=read).start()
+    started.set()
+    stop.wait()
+    flood.close()
+
+
+class FloodProcess:
+    """A Flood run in a child process of its own, for the benchmark.
+
+    In the measuring process its threads would share an interpreter lock with
+    the probe: a reading flood's thread, busy with a megabyte of replies, held
+    up the probe's own wakeups, and the figures blamed the server for the
+    client's lock. A context manager: the flood runs inside the block.
+    """
+
+    def __init__(self, host: str, port: int, read: bool = False) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._started, self._stop = context.Event(), context.Event()
+        self._process = context.Process(target=_flood_in_child, daemon=True,
+                                        args=(host, port, read, self._started, self._stop))
+
+    def __enter__(self) -> "FloodProcess":
+        self._process.start()
+        if not self._started.wait(30):
+            self.__exit__()
+            raise BenchError("the flooding process did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+
 class RssSampler:
     """Samples a process's resident set every `period` seconds in a thread; .peak, .last."""
 
@@ -170,11 +208,8 @@ def measure_flood(host: str, port: int, pid: int, server: str = "", samples: int
         with RssSampler(pid) as rss:
             idle = _probe(probe, samples)
             for read in (False, True):
-                flood = Flood(host, port, read=read).start()
-                try:
+                with FloodProcess(host, port, read=read):
                     during = _probe(probe, samples)
-                finally:
-                    flood.close()
                 if read:
                     reading = during
                 else:
@@ -183,12 +218,46 @@ def measure_flood(host: str, port: int, pid: int, server: str = "", samples: int
         return FloodResult(server, idle, unread, reading, rss_idle, rss.peak, process.memory_info().rss)
 
 
-def flood_servers(kinds: list[str], samples: int = SAMPLES) -> list[FloodResult]:
+def flood_servers(kinds: list[str], samples: int = SAMPLES, repeat: int = 1) -> list[FloodResult]:
+    """Each kind started afresh for each run, the kinds taking turns (`repeat` runs each)."""
     results = []
-    for kind in kinds:
-        with started(kind) as srv:
-            results.append(measure_flood(srv.host, srv.port, srv.pid, kind, samples))
+    for run in range(repeat):
+        for kind in kinds:
+            with started(kind) as srv:
+                results.append(measure_flood(srv.host, srv.port, srv.pid, _run_name(kind, run, repeat), samples))
     return results
+
+
+def flood_cluster(config_path: str, samples: int = SAMPLES, repeat: int = 1,
+                  timeout: float = 10.0) -> list[FloodResult]:
+    """The leader of the running cluster in `config_path` (`haqueue up` prints one), `repeat` times."""
+    from haqueue.bench.cluster import find_leader
+
+    results = []
+    for run in range(repeat):
+        leader, size = find_leader(config_path, timeout)
+        pid = listening_pid(leader.client_port)
+        name = _run_name(f"haqueue {size}-node leader", run, repeat)
+        results.append(measure_flood(leader.address, leader.client_port, pid, name, samples))
+    return results
+
+
+def _run_name(server: str, run: int, repeat: int) -> str:
+    return server if repeat == 1 else f"{server} #{run + 1}"
+
+
+def listening_pid(port: int) -> int:
+    """The PID of the process on this machine listening on TCP `port` (for its RSS)."""
+    for process in psutil.process_iter():
+        try:
+            # psutil 6 renamed connections() to net_connections()
+            sockets = getattr(process, "net_connections", process.connections)(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(s.status == psutil.CONN_LISTEN and s.laddr.port == port for s in sockets):
+            return process.pid
+    raise BenchError(f"no process on this machine listens on port {port}: "
+                     "--flood reads the leader's memory by PID, so the cluster must run here")
 
 
 def format_flood(results: list[FloodResult]) -> str:

@@ -88,7 +88,8 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
                    "to listening and to the first put answered.")
 @click.option("--flood", is_flag=True,
               help="Hostile-client benchmark: a synchronous client's put latency idle and while "
-                   "another connection floods stats (--server/--compare; --jobs: puts per phase).")
+                   "another connection floods stats (--server/--compare, or --cluster: its leader; "
+                   "--jobs: puts per phase; --repeat: runs).")
 @click.option("--server-cpus", default=None, metavar="LIST",
               help="Run the servers bench starts on these CPUs (e.g. 0) and the load on the "
                    "others; for a --cluster, start it under `taskset -c LIST` yourself.")
@@ -181,14 +182,18 @@ def bench(
         raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
     if timer_count and compare_cluster:
         raise click.ClickException("--timers takes --cluster or --compare, not both")
-    if flood and (not kinds or memory_jobs or durable):
-        raise click.ClickException("--flood starts its own servers: use --server or --compare, alone")
+    if flood and ((not kinds and not cluster) or compare_cluster or memory_jobs or durable):
+        raise click.ClickException("--flood takes --server, --compare or --cluster, alone")
     if flood:
-        from haqueue.bench.flood import SAMPLES, flood_servers, format_flood
+        from haqueue.bench.flood import SAMPLES, flood_cluster, flood_servers, format_flood
 
         try:
             with _sigterm_as_interrupt():
-                click.echo(format_flood(flood_servers(kinds, jobs or SAMPLES)))
+                if cluster:
+                    results = flood_cluster(cluster, jobs or SAMPLES, repeat, timeout)
+                else:
+                    results = flood_servers(kinds, jobs or SAMPLES, repeat)
+                click.echo(format_flood(results))
         except BenchError as exc:
             raise click.ClickException(str(exc)) from None
         return

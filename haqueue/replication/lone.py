@@ -329,6 +329,10 @@ class LoneReplica:
                 self._fatal(exc)
 
     # ----------------------------------------------------------- leadership
+    @property
+    def ticked_at(self) -> float:
+        return time.monotonic()  # no tick thread to starve: never overdue
+
     def is_leader(self) -> bool:
         return self.fatal_error is None
 

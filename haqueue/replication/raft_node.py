@@ -335,6 +335,9 @@ class ReplicatedQueue(SyncObj):
         self.on_role_change = on_role_change
         self.on_fatal = on_fatal
         self.fatal_error: str | None = None
+        # When the tick thread last finished a tick (time.monotonic()): the
+        # server's turns (server/turns.py) yield to it once this is overdue.
+        self.ticked_at = time.monotonic()
         self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
         self._snapshot_pid = 0
         self.journal_limit = journal_limit
@@ -471,7 +474,7 @@ class ReplicatedQueue(SyncObj):
         while not self._stopping.is_set():
             try:
                 self.doTick(0.02)
-                now = time.monotonic()
+                now = self.ticked_at = time.monotonic()
                 self.observations.note_commit(self.raftCommitIndex, now)
                 if self._isLeader():
                     self.observations.note_followers(self.peer_match_indexes, now)

@@ -63,6 +63,8 @@ class ReplicaLike(Protocol):
     def journal(self) -> Any: ...  # journal.DurableJournal, or None in memory
     @property
     def term(self) -> int: ...
+    @property
+    def ticked_at(self) -> float: ...  # when the replication thread last ticked (time.monotonic())
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def submit(self, entry: bytes, on_applied: OnApplied) -> None: ...
@@ -158,6 +160,11 @@ class Replica:
     @property
     def term(self) -> int:
         return self._raft.raftCurrentTerm
+
+    @property
+    def ticked_at(self) -> float:
+        """When pysyncobj's tick thread last finished a tick (server/turns.py yields to it)."""
+        return self._raft.ticked_at
 
     def leads_in(self, term: int) -> bool:
         """Still the leader, and of this term (no re-election in between)?"""

@@ -39,6 +39,7 @@ from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
+from haqueue.server.turns import TurnQueue
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class QueueServer:
         self.sessions: set[Session] = set()
         self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
         self.dirty: set[Session] = set()
+        self.turns = TurnQueue(self)  # when a connection that used up its turn runs again
         # Closed connections whose reservations are being given back (DROP_CONN
         # in flight), and the sessions whose next read waits for that: beanstalkd
         # returns them at once, so no read that follows a close may miss it.
@@ -421,6 +423,7 @@ class QueueServer:
         wake waiting reserves, forget emptied tubes, flush, arm the timer.
         Without effects (an entry whose outcome is unknown, or no entry at all)
         it only flushes and re-arms the timer from the state."""
+        self.turns.release()
         if not self.serving:
             return
         if effects is None:
@@ -524,6 +527,7 @@ class QueueServer:
             ("memory-rss", self.memory.rss if self.memory is not None else 0),
             ("out-of-memory-replies", counters.out_of_memory_replies),
             ("output-limit-closes", counters.output_limit_closes),
+            ("turns-yielded-to-raft", self.turns.deferred),
             ("tls", self._tls_context is not None),
         ]
 

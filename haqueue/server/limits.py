@@ -42,6 +42,12 @@ MAX_IN_FLIGHT_BYTES = 4 * 1024 * 1024
 COMMANDS_PER_TURN = 128
 # ...and at most this long: expensive commands (stats, ~0.1 ms each) get fewer.
 TURN_SECONDS = 0.0005
+# A connection that used up its turn while a write waits for Raft runs again
+# once the write is applied, or after this long at most (turns.py says why).
+TURN_DEFER_SECONDS = 0.001
+# ...and so does one that used up its turn when Raft's tick thread has not
+# finished a tick for this long (it polls for at most 20 ms between ticks).
+TICK_OVERDUE_SECONDS = 0.03
 # Descriptors the node needs besides client connections: the listeners, the
 # journal, Raft peers, the admin port, the loop's own.
 RESERVED_FDS = 64

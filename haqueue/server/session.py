@@ -19,7 +19,8 @@ is over its high-water mark (`pause_writing`) and goes on when it drains
 bound, or after output_timeout. For fairness a connection runs at most
 COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop,
 so other connections, new accepts and the admin port are served before it
-goes on.
+goes on; while a write waits for Raft, its next turn also waits for that
+(turns.py), so that Raft's thread gets the interpreter lock.
 
 use, watch and ignore change only this connection (not logged). Tube
 references are counted in the server's TubeDirectory.
@@ -326,7 +327,7 @@ class Session(asyncio.Protocol):
 
     def _yield_turn(self) -> None:
         self.yielded = True
-        self.server.loop.call_soon(self._next_turn)
+        self.server.turns.next_turn(self._next_turn)
 
     def _next_turn(self) -> None:
         self.yielded = False

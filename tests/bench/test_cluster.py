@@ -7,6 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from haqueue.bench.flood import listening_pid
 from haqueue.cli.bench import bench
 from haqueue.cli.main import main
 from haqueue.local_cluster import LocalCluster, write_cluster_file
@@ -67,3 +68,20 @@ def test_compare_cluster_runs_beanstalkd_in_memory_and_durable_and_the_cluster(c
     assert "haqueue 3-node/beanstalkd -f0" in result.output
     settings = json.loads(out.read_text())["settings"]
     assert settings["fdatasync_ms"] > 0 and "disk: fdatasync" in result.output
+
+
+def test_flood_runs_against_the_leader_and_reads_its_memory(cluster):
+    local, leader = cluster
+    # The RSS columns are the leader's own: bench finds it by the port it listens on.
+    assert listening_pid(leader.client_port) == local.nodes[leader.id].process.pid
+    result = CliRunner().invoke(
+        bench, ["--flood", "--cluster", str(local.config_path), "--jobs", "200", "--repeat", "2"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("haqueue 3-node leader")]
+    assert [row.split()[3] for row in rows] == ["#1", "#2"]
+    for row in rows:
+        figures = [float(cell) for cell in row.split()[4:] if cell.replace(".", "", 1).isdigit()]
+        # idle p50, idle p99, unread p99, ratio, reading p99, ratio, three RSS figures
+        assert len(figures) == 9 and all(value > 0 for value in figures), row

@@ -26,4 +26,4 @@ def test_flood_compares_beanstalkd_and_haqueue_in_one_run():
 def test_flood_needs_servers_it_starts():
     result = bench("--flood", "--address", "127.0.0.1:1")
     assert result.returncode == 1
-    assert result.stderr.strip() == "haqueue: --flood starts its own servers: use --server or --compare, alone"
+    assert result.stderr.strip() == "haqueue: --flood takes --server, --compare or --cluster, alone"

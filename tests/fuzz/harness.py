@@ -80,6 +80,7 @@ class InstantLog:
         self.journal = None
         self.stamp = 1_000_000
         self.observations = RaftObservations()  # the batcher records entry sizes there
+        self.ticked_at = float("inf")  # its "tick" is every submit: never overdue (server/turns.py)
 
     def submit(self, data: bytes, callback) -> None:
         _, commands = decode_batch(data)
@@ -153,7 +154,7 @@ class ScriptedTransport(asyncio.Transport):
     def close(self) -> None:
         if not self.closing:
             self.closing = True
-            asyncio.get_event_loop().call_soon(self._lose)
+            self.protocol.server.loop.call_soon(self._lose)
 
     abort = close
 

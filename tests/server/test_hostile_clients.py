@@ -15,7 +15,9 @@ import time
 import pytest
 
 from haqueue.bench.flood import Flood
-from tests.support.hostile import FLOOD_RSS_BOUND, check_flood_is_contained, current_connections
+from tests.support.hostile import (
+    FLOOD_RSS_BOUND, check_flood_is_contained, check_reading_flood_yields_to_raft, current_connections,
+)
 from tests.support.servers import ConnectionClosed, RawConn, beanstalkd, haqueue, split_replies
 
 
@@ -49,6 +51,12 @@ def test_a_client_that_never_reads_its_replies_cannot_grow_the_node_or_starve_ot
         report = check_flood_is_contained(srv.host, srv.port, srv.pid)
         print(report.summary())
         assert report.peak - report.baseline < FLOOD_RSS_BOUND
+
+
+def test_a_reading_flood_leaves_room_for_raft_to_commit_other_clients_puts():
+    with haqueue() as srv:
+        report = check_reading_flood_yields_to_raft(srv.host, srv.port)
+        print(report.summary())
 
 
 def test_a_client_that_never_reads_is_closed_after_the_output_timeout():

@@ -98,3 +98,55 @@ def check_flood_is_contained(host: str, port: int, pid: int, min_seconds: float 
         other.send(b"put 0 0 60 5\r\nhello\r\n")
         assert other.recv_reply().startswith(b"INSERTED ")
     return FloodReport(baseline, peak, after, sent, latencies)
+
+
+@dataclass
+class ReadingFloodReport:
+    put_latencies: list[float]
+    flood_received: int
+    turns_yielded: int
+
+    def summary(self) -> str:
+        ordered = sorted(self.put_latencies)
+        return (f"{len(ordered)} puts under a reading flood: median {ordered[len(ordered) // 2] * 1000:.2f} ms, "
+                f"slowest {ordered[-1] * 1000:.1f} ms; the flooder read {self.flood_received / 1e6:.1f} MB; "
+                f"{self.turns_yielded} turns yielded to Raft")
+
+
+def stat_value(conn, key: str) -> str:
+    conn.send(b"stats\r\n")
+    body = conn.recv_reply().decode()
+    return body.split(f"\n{key}: ")[1].split("\n")[0]
+
+
+def check_reading_flood_yields_to_raft(host: str, port: int, puts: int = 300,
+                                       connect=RawConn) -> ReadingFloodReport:
+    """A connection pipelines `stats` and reads every reply (the loop never idles) while
+    another client puts one job at a time: each put is answered, the flooder is served
+    all along, and the node's turns make room for Raft (haqueue-turns-yielded-to-raft).
+
+    How long the puts take is the benchmark's to judge (`haqueue bench --flood`).
+    """
+    with connect(host, port) as other:
+        yielded_before = int(stat_value(other, "haqueue-turns-yielded-to-raft"))
+        flood = Flood(host, port, read=True).start()
+        latencies: list[float] = []
+        try:
+            deadline = time.monotonic() + 10
+            while flood.received < 1_000_000:  # the flood is under way
+                assert time.monotonic() < deadline, "the reading flooder got no replies"
+                time.sleep(0.01)
+            received = flood.received
+            for _ in range(puts):
+                t0 = time.perf_counter()
+                other.send(b"put 0 0 60 5\r\nhello\r\n")
+                assert other.recv_reply(timeout=2).startswith(b"INSERTED ")
+                latencies.append(time.perf_counter() - t0)
+            assert flood.error is None, f"the flooder was cut off: {flood.error!r}"
+            assert flood.received > received, "the flooder got nothing while the puts were served"
+            received = flood.received
+        finally:
+            flood.close()
+        yielded = int(stat_value(other, "haqueue-turns-yielded-to-raft")) - yielded_before
+    assert yielded > 0, "no turn waited for Raft while writes were in the log"
+    return ReadingFloodReport(latencies, received, yielded)
