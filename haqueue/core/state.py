@@ -31,7 +31,7 @@ import pickle
 from collections import OrderedDict
 
 from haqueue.core import commands as C
-from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
+from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job, SharedInts
 from haqueue.core.tube import Tube, compact
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
@@ -78,6 +78,7 @@ class QueueState:
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
         # Counts over all tubes, kept incrementally for `stats`.
         self.reserved_count = 0
+        self._ints = SharedInts()  # one object per priority, delay and ttr value
         # Edge signals for the server on the leader (followers ignore them).
         self.ready_changed = False  # some job became ready: wake waiting reserves
         self.emptied_tubes: set[str] = set()  # tubes that lost their last job
@@ -281,7 +282,9 @@ class QueueState:
         job_id = self.next_id
         self.next_id = job_id + 1
         tube = self.tubes.get(tube_name) or self.tube(tube_name)
-        job = Job(job_id, tube, pri, delay, ttr if ttr >= MIN_TTR_MS else MIN_TTR_MS, body, now)
+        ints = self._ints
+        job = Job(job_id, tube, ints[pri], ints[delay], ints[ttr] if ttr >= MIN_TTR_MS else MIN_TTR_MS,
+                  body, now)
         self.jobs[job_id] = job
         self.total_jobs += 1
         tube.total_jobs += 1
@@ -348,8 +351,8 @@ class QueueState:
         if job is None:
             return NOT_FOUND
         self._unreserve(job)
-        job.pri = pri
-        job.delay = delay
+        job.pri = self._ints[pri]
+        job.delay = self._ints[delay]
         job.releases += 1
         self._make_ready_or_delayed(job, delay, now)
         return RELEASED_R
@@ -362,7 +365,7 @@ class QueueState:
         if job is None:
             return NOT_FOUND
         self._unreserve(job)
-        job.pri = pri
+        job.pri = self._ints[pri]
         job.buries += 1
         job.tube.push_buried(job)
         return BURIED_R
@@ -599,11 +602,18 @@ class QueueState:
             tube.unpause_at = unpause_at
             if pause:
                 state._pauses.append((unpause_at, name))
+        last_created = None
         for rec in jobs:
             (job_id, tube_name, pri, delay, ttr, body, job_state, deadline, created, reserver,
              reserves, timeouts, releases, buries, kicks) = rec
             tube = state.tube(tube_name)
-            job = Job(job_id, tube, pri, delay, ttr, body, created)
+            # Unpickled ints are one object each: share the repeated values again
+            # (jobs come in id order, so equal creation times are neighbours).
+            if created == last_created:
+                created = last_created
+            last_created = created
+            ints = state._ints
+            job = Job(job_id, tube, ints[pri], ints[delay], ints[ttr], body, created)
             job.reserves, job.timeouts, job.releases, job.buries, job.kicks = (
                 reserves, timeouts, releases, buries, kicks,
             )
