@@ -31,7 +31,8 @@ import pickle
 from collections import OrderedDict
 
 from haqueue.core import commands as C
-from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job, SharedInts
+from haqueue.core import job as J
+from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job, SharedInts, tallies
 from haqueue.core.tube import Tube, compact
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
@@ -73,7 +74,7 @@ class QueueState:
         # days away.
         self._delays: list[tuple[int, int, Job]] = []  # (deadline, id, job) of DELAYED jobs
         self._delayed_count = 0  # live entries in _delays
-        self._ttrs: list[tuple[int, int, Job]] = []  # (deadline, id, job) of RESERVED jobs
+        self._ttrs: list[tuple[int, int, Job, int]] = []  # (deadline, id, job, conn) of RESERVED jobs
         self._pauses: list[tuple[int, str]] = []  # (unpause_at, tube name)
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
         # Counts over all tubes, kept incrementally for `stats`.
@@ -151,7 +152,7 @@ class QueueState:
             entry = heapq.heappop(ttrs)
             job = entry[2]
             if job.entry is entry:
-                job.timeouts += 1
+                job.tallies += J.TIMEOUT
                 self.job_timeouts += 1
                 self._unreserve(job)
                 job.tube.push_ready(job)
@@ -223,16 +224,15 @@ class QueueState:
 
     def _reserve(self, job: Job, conn: int, now: int) -> tuple:
         job.state = RESERVED
-        job.reserver = conn
-        job.reserves += 1
-        job.deadline = deadline = now + job.ttr
+        job.tallies += J.RESERVE
+        deadline = now + job.ttr
         job.tube.reserved_count += 1
         self.reserved_count += 1
         held = self._reserved_by.get(conn)
         if held is None:
             held = self._reserved_by[conn] = {}
         held[job.id] = job
-        job.entry = entry = (deadline, job.id, job)
+        job.entry = entry = (deadline, job.id, job, conn)
         ttrs = self._ttrs
         heapq.heappush(ttrs, entry)
         if len(ttrs) > 2 * self.reserved_count + 64:
@@ -240,12 +240,12 @@ class QueueState:
         return ("RESERVED", job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
-        held = self._reserved_by.get(job.reserver)
+        conn = job.entry[3]
+        held = self._reserved_by.get(conn)
         if held is not None:
             held.pop(job.id, None)
             if not held:
-                del self._reserved_by[job.reserver]
-        job.reserver = None
+                del self._reserved_by[conn]
         job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
@@ -353,7 +353,7 @@ class QueueState:
         self._unreserve(job)
         job.pri = self._ints[pri]
         job.delay = self._ints[delay]
-        job.releases += 1
+        job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
         return RELEASED_R
 
@@ -366,7 +366,7 @@ class QueueState:
             return NOT_FOUND
         self._unreserve(job)
         job.pri = self._ints[pri]
-        job.buries += 1
+        job.tallies += J.BURY
         job.tube.push_buried(job)
         return BURIED_R
 
@@ -378,9 +378,8 @@ class QueueState:
         if job is None:
             return NOT_FOUND
         deadline = now + job.ttr
-        if deadline != job.deadline:  # touched again in the same ms: entry stands
-            job.deadline = deadline
-            job.entry = entry = (deadline, job_id, job)
+        if deadline != job.entry[0]:  # touched again in the same ms: entry stands
+            job.entry = entry = (deadline, job_id, job, conn)
             ttrs = self._ttrs
             heapq.heappush(ttrs, entry)
             if len(ttrs) > 2 * self.reserved_count + 64:
@@ -389,7 +388,7 @@ class QueueState:
 
     def _kick_one(self, job: Job) -> None:
         self._take_out(job)
-        job.kicks += 1
+        job.tallies += J.KICK
         job.tube.push_ready(job)
         self.ready_changed = True
 
@@ -614,9 +613,6 @@ class QueueState:
             last_created = created
             ints = state._ints
             job = Job(job_id, tube, ints[pri], ints[delay], ints[ttr], body, created)
-            job.reserves, job.timeouts, job.releases, job.buries, job.kicks = (
-                reserves, timeouts, releases, buries, kicks,
-            )
             state.jobs[job_id] = job
             if job_state == READY:
                 tube.push_ready(job)
@@ -627,7 +623,7 @@ class QueueState:
                 tube.push_buried(job)  # reordered below when the record says how
             elif job_state == RESERVED:
                 state._reserve(job, reserver, deadline - job.ttr)
-                job.reserves = reserves
+            job.tallies = tallies(reserves, timeouts, releases, buries, kicks)
         for tube, buried in buried_order:
             if len(buried) != len(tube.buried):
                 raise ValueError(f"snapshot lists {len(buried)} buried jobs for {tube.name!r}, has {len(tube.buried)}")

@@ -85,7 +85,6 @@ class Tube:
     def push_delayed(self, job: Job, deadline: int) -> tuple[int, int, Job]:
         """Delay a job; return its entry, which the global deadline heap shares."""
         job.state = DELAYED
-        job.deadline = deadline
         job.entry = entry = (deadline, job.id, job)
         heapq.heappush(self.delayed, entry)
         self.delayed_count += 1
