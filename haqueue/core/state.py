@@ -189,9 +189,11 @@ class QueueState:
                 if job.entry is entry:
                     name = job.tube.name
                     counts[name] = counts.get(name, 0) + 1
+        unpausing = set()  # a tube paused, unpaused and paused again to the same end has two entries
         for unpause_at, name in _due_entries(self._pauses, now):
             tube = self.tubes.get(name)
-            if tube is not None and tube.pause and tube.unpause_at == unpause_at:
+            if tube is not None and tube.pause and tube.unpause_at == unpause_at and name not in unpausing:
+                unpausing.add(name)
                 counts[name] = counts.get(name, 0) + tube.ready_count
         tubes = self.tubes
         return {name: n for name, n in counts.items() if n and not tubes[name].paused(now)}

@@ -402,6 +402,14 @@ def test_pause_tube_again_replaces_the_earlier_pause(state):
     assert one(state, T0 + 2000, reserve(1)) == ("RESERVED", 1, BODY)
 
 
+def test_a_pause_ended_and_restarted_to_the_same_end_counts_its_ready_jobs_once(state):
+    # pause, unpause, pause again in the same ms: the heap holds the end twice
+    # (found by test_property's ready_at check).
+    run(state, T0, put(), pause("default", 1000), pause("default", 0), pause("default", 1000))
+    assert state.ready_at(T0 + 1000) == {"default": 1}
+    assert one(state, T0 + 1000, reserve(1)) == ("RESERVED", 1, BODY)
+
+
 def test_pause_ending_without_ready_jobs_does_not_signal_ready(state):
     run(state, T0, pause("empty", 1000))
     state.ready_changed = False
