@@ -16,6 +16,9 @@ DELETED = 4
 
 STATE_NAMES = ("ready", "delayed", "reserved", "buried", "deleted")
 
+# protocol.txt: "<pri> is an integer < 2**32"; the codec refuses more, the core too
+# (a ready entry's key depends on it, tube.py).
+MAX_PRI = 2**32 - 1
 # beanstalkd: a job whose priority is below this counts as "urgent" in stats.
 URGENT_THRESHOLD = 1024
 # beanstalkd: "If the client sends 0, the server will silently increase the ttr to 1."
@@ -95,11 +98,10 @@ class Job:
         self.created = created
         self.tallies = 0
         # The one heap entry that speaks for this job now, or None: its ready
-        # entry (pri, id, job), its delayed entry (deadline, id, job) or its
-        # time-to-run entry (deadline, id, job, connection). Any other entry
-        # naming the job is stale, even one with the same key: a job released
-        # at the priority it was reserved at must not be found twice (see
-        # tube.py).
+        # key (an int, see tube.py), its delayed entry (deadline, id, job) or
+        # its time-to-run entry (deadline, id, job, connection). Any other
+        # entry naming the job is stale, even one with the same key: a job
+        # released at the priority it was reserved at must not be found twice.
         self.entry = None
 
     @property

@@ -32,7 +32,8 @@ from collections import OrderedDict
 
 from haqueue.core import commands as C
 from haqueue.core import job as J
-from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job, SharedInts, tallies
+from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
+                              tallies)
 from haqueue.core.tube import Tube, compact
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
@@ -210,7 +211,7 @@ class QueueState:
     def tube(self, name: str) -> Tube:
         tube = self.tubes.get(name)
         if tube is None:
-            tube = self.tubes[name] = Tube(name)
+            tube = self.tubes[name] = Tube(name, self.jobs)
         return tube
 
     def _make_ready_or_delayed(self, job: Job, delay: int, now: int) -> None:
@@ -279,7 +280,7 @@ class QueueState:
     def _put(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, pri, delay, ttr, body = cmd
         if (type(tube_name) is not str or type(pri) is not int or type(delay) is not int
-                or type(ttr) is not int or type(body) is not bytes):
+                or type(ttr) is not int or type(body) is not bytes or not 0 <= pri <= MAX_PRI):
             return self._malformed()
         job_id = self.next_id
         self.next_id = job_id + 1
@@ -347,7 +348,8 @@ class QueueState:
 
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
-        if type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int:
+        if (type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int
+                or not 0 <= pri <= MAX_PRI):
             return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
@@ -361,7 +363,7 @@ class QueueState:
 
     def _bury(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri = cmd
-        if type(conn) is not int or type(job_id) is not int or type(pri) is not int:
+        if type(conn) is not int or type(job_id) is not int or type(pri) is not int or not 0 <= pri <= MAX_PRI:
             return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
@@ -494,9 +496,10 @@ class QueueState:
         tube = self.tubes.get(tube_name)
         if tube is not None and tube.job_count == 0:
             del self.tubes[tube_name]
-            # Only stale entries are left, and their jobs point back at the
-            # tube: a reference cycle the server's frozen collector would
-            # never find (server/gc_policy.py). Cut it.
+            # Only stale entries are left; the delayed ones point at their
+            # jobs, which point back at the tube: a reference cycle the
+            # server's frozen collector would never find (server/gc_policy.py).
+            # Cut it, and let the stale ready keys go too.
             tube.ready.clear()
             tube.delayed.clear()
         return DONE

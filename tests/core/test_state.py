@@ -692,6 +692,11 @@ BAD_COMMANDS = [
     (C.PUT, "default", 1, 0, "1000", b"x"),
     (C.PUT, "default", 1, 0, 1000, "x"),
     (C.PUT, "default", 1, 0, 1000, None),
+    # priorities are below 2**32 (protocol.txt); a ready entry's key relies on it
+    (C.PUT, "default", 2**32, 0, 1000, b"x"),
+    (C.PUT, "default", -1, 0, 1000, b"x"),
+    (C.RELEASE, 1, 2, 2**32, 0),
+    (C.BURY, 1, 4, -1),
     (C.RESERVE, 1),
     (C.RESERVE, [1], ("default",)),
     (C.RESERVE, "1", ("default",)),
