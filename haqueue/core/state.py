@@ -31,9 +31,11 @@ import pickle
 from collections import OrderedDict
 
 from haqueue.core import commands as C
+from haqueue.core import job as J
 from haqueue.core.effects import Applied, Effects
 from haqueue.core.ids import IdState
-from haqueue.core.job import BURIED, DELAYED, DELETED, MIN_TTR_MS, READY, RESERVED, Job
+from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
+                              tallies)
 from haqueue.core.tube import Tube, compact
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
@@ -76,11 +78,12 @@ class QueueState:
         # days away.
         self._delays: list[tuple[int, int, Job]] = []  # (deadline, id, job) of DELAYED jobs
         self._delayed_count = 0  # live entries in _delays
-        self._ttrs: list[tuple[int, int, Job]] = []  # (deadline, id, job) of RESERVED jobs
+        self._ttrs: list[tuple[int, int, Job, int]] = []  # (deadline, id, job, conn) of RESERVED jobs
         self._pauses: list[tuple[int, str]] = []  # (unpause_at, tube name)
         self._reserved_by: dict[int, dict[int, Job]] = {}  # conn -> {id: job}
         # Counts over all tubes, kept incrementally for `stats`.
         self.reserved_count = 0
+        self._ints = SharedInts()  # one object per priority, delay and ttr value
         # The id service rides on the same log, with its own section of the records.
         self.ids = IdState()
         # What the entry being applied did (effects.py); fresh sets per entry.
@@ -164,7 +167,7 @@ class QueueState:
             entry = heapq.heappop(ttrs)
             job = entry[2]
             if job.entry is entry:
-                job.timeouts += 1
+                job.tallies += J.TIMEOUT
                 self.job_timeouts += 1
                 self._unreserve(job)
                 job.tube.push_ready(job)
@@ -201,9 +204,11 @@ class QueueState:
                 if job.entry is entry:
                     name = job.tube.name
                     counts[name] = counts.get(name, 0) + 1
+        unpausing = set()  # a tube paused, unpaused and paused again to the same end has two entries
         for unpause_at, name in _due_entries(self._pauses, now):
             tube = self.tubes.get(name)
-            if tube is not None and tube.pause and tube.unpause_at == unpause_at:
+            if tube is not None and tube.pause and tube.unpause_at == unpause_at and name not in unpausing:
+                unpausing.add(name)
                 counts[name] = counts.get(name, 0) + tube.ready_count
         tubes = self.tubes
         return {name: n for name, n in counts.items() if n and not tubes[name].paused(now)}
@@ -220,7 +225,7 @@ class QueueState:
     def tube(self, name: str) -> Tube:
         tube = self.tubes.get(name)
         if tube is None:
-            tube = self.tubes[name] = Tube(name)
+            tube = self.tubes[name] = Tube(name, self.jobs)
         return tube
 
     def _make_ready_or_delayed(self, job: Job, delay: int, now: int) -> None:
@@ -236,16 +241,15 @@ class QueueState:
 
     def _reserve(self, job: Job, conn: int, now: int) -> tuple:
         job.state = RESERVED
-        job.reserver = conn
-        job.reserves += 1
-        job.deadline = deadline = now + job.ttr
+        job.tallies += J.RESERVE
+        deadline = now + job.ttr
         job.tube.reserved_count += 1
         self.reserved_count += 1
         held = self._reserved_by.get(conn)
         if held is None:
             held = self._reserved_by[conn] = {}
         held[job.id] = job
-        job.entry = entry = (deadline, job.id, job)
+        job.entry = entry = (deadline, job.id, job, conn)
         ttrs = self._ttrs
         heapq.heappush(ttrs, entry)
         if len(ttrs) > 2 * self.reserved_count + 64:
@@ -253,12 +257,12 @@ class QueueState:
         return ("RESERVED", job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
-        held = self._reserved_by.get(job.reserver)
+        conn = job.entry[3]
+        held = self._reserved_by.get(conn)
         if held is not None:
             held.pop(job.id, None)
             if not held:
-                del self._reserved_by[job.reserver]
-        job.reserver = None
+                del self._reserved_by[conn]
         job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
@@ -290,12 +294,14 @@ class QueueState:
     def _put(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, pri, delay, ttr, body = cmd
         if (type(tube_name) is not str or type(pri) is not int or type(delay) is not int
-                or type(ttr) is not int or type(body) is not bytes):
+                or type(ttr) is not int or type(body) is not bytes or not 0 <= pri <= MAX_PRI):
             return self._malformed()
         job_id = self.next_id
         self.next_id = job_id + 1
         tube = self.tubes.get(tube_name) or self.tube(tube_name)
-        job = Job(job_id, tube, pri, delay, ttr if ttr >= MIN_TTR_MS else MIN_TTR_MS, body, now)
+        ints = self._ints
+        job = Job(job_id, tube, ints[pri], ints[delay], ints[ttr] if ttr >= MIN_TTR_MS else MIN_TTR_MS,
+                  body, now)
         self.jobs[job_id] = job
         self.total_jobs += 1
         tube.total_jobs += 1
@@ -356,28 +362,29 @@ class QueueState:
 
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
-        if type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int:
+        if (type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int
+                or not 0 <= pri <= MAX_PRI):
             return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
         self._unreserve(job)
-        job.pri = pri
-        job.delay = delay
-        job.releases += 1
+        job.pri = self._ints[pri]
+        job.delay = self._ints[delay]
+        job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
         return RELEASED_R
 
     def _bury(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri = cmd
-        if type(conn) is not int or type(job_id) is not int or type(pri) is not int:
+        if type(conn) is not int or type(job_id) is not int or type(pri) is not int or not 0 <= pri <= MAX_PRI:
             return self._malformed()
         job = self._reserved_by_conn(conn, job_id)
         if job is None:
             return NOT_FOUND
         self._unreserve(job)
-        job.pri = pri
-        job.buries += 1
+        job.pri = self._ints[pri]
+        job.tallies += J.BURY
         job.tube.push_buried(job)
         return BURIED_R
 
@@ -389,9 +396,8 @@ class QueueState:
         if job is None:
             return NOT_FOUND
         deadline = now + job.ttr
-        if deadline != job.deadline:  # touched again in the same ms: entry stands
-            job.deadline = deadline
-            job.entry = entry = (deadline, job_id, job)
+        if deadline != job.entry[0]:  # touched again in the same ms: entry stands
+            job.entry = entry = (deadline, job_id, job, conn)
             ttrs = self._ttrs
             heapq.heappush(ttrs, entry)
             if len(ttrs) > 2 * self.reserved_count + 64:
@@ -400,7 +406,7 @@ class QueueState:
 
     def _kick_one(self, job: Job) -> None:
         self._take_out(job)
-        job.kicks += 1
+        job.tallies += J.KICK
         job.tube.push_ready(job)
         self._woken.add(job.tube.name)
 
@@ -508,9 +514,10 @@ class QueueState:
         tube = self.tubes.get(tube_name)
         if tube is not None and tube.job_count == 0:
             del self.tubes[tube_name]
-            # Only stale entries are left, and their jobs point back at the
-            # tube: a reference cycle the server's frozen collector would
-            # never find (server/gc_policy.py). Cut it.
+            # Only stale entries are left; the delayed ones point at their
+            # jobs, which point back at the tube: a reference cycle the
+            # server's frozen collector would never find (server/gc_policy.py).
+            # Cut it, and let the stale ready keys go too.
             tube.ready.clear()
             tube.delayed.clear()
         return DONE
@@ -623,14 +630,18 @@ class QueueState:
             tube.unpause_at = unpause_at
             if pause:
                 state._pauses.append((unpause_at, name))
+        last_created = None
         for rec in jobs:
             (job_id, tube_name, pri, delay, ttr, body, job_state, deadline, created, reserver,
              reserves, timeouts, releases, buries, kicks) = rec
             tube = state.tube(tube_name)
-            job = Job(job_id, tube, pri, delay, ttr, body, created)
-            job.reserves, job.timeouts, job.releases, job.buries, job.kicks = (
-                reserves, timeouts, releases, buries, kicks,
-            )
+            # Unpickled ints are one object each: share the repeated values again
+            # (jobs come in id order, so equal creation times are neighbours).
+            if created == last_created:
+                created = last_created
+            last_created = created
+            ints = state._ints
+            job = Job(job_id, tube, ints[pri], ints[delay], ints[ttr], body, created)
             state.jobs[job_id] = job
             if job_state == READY:
                 tube.push_ready(job)
@@ -641,7 +652,7 @@ class QueueState:
                 tube.push_buried(job)  # reordered below when the record says how
             elif job_state == RESERVED:
                 state._reserve(job, reserver, deadline - job.ttr)
-                job.reserves = reserves
+            job.tallies = tallies(reserves, timeouts, releases, buries, kicks)
         for tube, buried in buried_order:
             if len(buried) != len(tube.buried):
                 raise ValueError(f"snapshot lists {len(buried)} buried jobs for {tube.name!r}, has {len(tube.buried)}")

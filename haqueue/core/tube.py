@@ -2,12 +2,19 @@
 
 Ready jobs are ordered by (priority, id), delayed jobs by (deadline, id) and
 buried jobs first-in first-out, as in beanstalkd. The heaps are cleaned lazily:
-an entry is only trusted if it is the very tuple the job names as its current
+an entry is only trusted if it is the very object the job names as its current
 `entry` (a key match is not enough: a job reserved and released at the same
 priority would be listed twice, and the copies would never be dropped). So
 removing a job from the middle (delete, kick-job, reserve-job) is O(1) and the
 stale entry is dropped when it reaches the top. A heap is filtered in place
 when its stale entries outnumber its live ones, which bounds memory.
+
+A ready entry is one int, READY_KEY | priority << 64 | id, whose order is that of
+(priority, id); the job is found by id in the state's `jobs`. Most queued jobs are
+ready, and such an int is 48 bytes where a (priority, id, job) tuple is 64. Each
+push makes a new int object, so identity still tells the live entry from stale
+copies. Delayed entries are (deadline, id, job) tuples: the global deadline heap
+shares them.
 """
 
 from __future__ import annotations
@@ -17,10 +24,16 @@ from collections import OrderedDict
 
 from haqueue.core.job import BURIED, DELAYED, READY, URGENT_THRESHOLD, Job
 
+# Above any priority << 64 | id (priorities are below 2**32, ids below 2**64), so
+# every ready key has the same size and is always a new object.
+READY_KEY = 1 << 96
+ID_MASK = (1 << 64) - 1
+
 
 class Tube:
     __slots__ = (
         "name",
+        "jobs",
         "ready",
         "ready_count",
         "urgent_count",
@@ -35,9 +48,10 @@ class Tube:
         "unpause_at",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, jobs: dict[int, Job] | None = None) -> None:
         self.name = name
-        self.ready: list[tuple[int, int, Job]] = []  # heap of (pri, id, job)
+        self.jobs = {} if jobs is None else jobs  # the state's jobs by id: ready keys name them
+        self.ready: list[int] = []  # heap of READY_KEY | pri << 64 | id
         self.ready_count = 0
         self.urgent_count = 0
         self.delayed: list[tuple[int, int, Job]] = []  # heap of (deadline, id, job)
@@ -59,16 +73,32 @@ class Tube:
     # ready -------------------------------------------------------------
     def push_ready(self, job: Job) -> None:
         job.state = READY
-        job.entry = entry = (job.pri, job.id, job)
-        heapq.heappush(self.ready, entry)
+        pri = job.pri
+        job.entry = key = READY_KEY | pri << 64 | job.id
+        heapq.heappush(self.ready, key)
         self.ready_count += 1
-        if job.pri < URGENT_THRESHOLD:
+        if pri < URGENT_THRESHOLD:
             self.urgent_count += 1
         if len(self.ready) > 2 * self.ready_count + 64:
-            compact(self.ready)
+            self._compact_ready()
 
     def peek_ready(self) -> Job | None:
-        return _top_live(self.ready)
+        ready = self.ready
+        jobs = self.jobs
+        while ready:
+            key = ready[0]
+            job = jobs.get(key & ID_MASK)
+            if job is not None and job.entry is key:
+                return job
+            heapq.heappop(ready)
+        return None
+
+    def _compact_ready(self) -> None:
+        """Drop the stale ready keys, in place."""
+        jobs = self.jobs
+        ready = self.ready
+        ready[:] = [key for key in ready if (job := jobs.get(key & ID_MASK)) is not None and job.entry is key]
+        heapq.heapify(ready)
 
     def unlink_ready(self, job: Job) -> None:
         """Account for a ready job leaving the queue; its heap entry goes stale."""
@@ -76,16 +106,15 @@ class Tube:
         self.ready_count -= 1
         if job.pri < URGENT_THRESHOLD:
             self.urgent_count -= 1
-        # Also here, not only on push: deleted jobs' entries (and bodies)
-        # must not wait for the next put to be let go.
+        # Also here, not only on push: deleted jobs' entries must not wait for
+        # the next put to be let go.
         if len(self.ready) > 2 * self.ready_count + 64:
-            compact(self.ready)
+            self._compact_ready()
 
     # delayed -----------------------------------------------------------
     def push_delayed(self, job: Job, deadline: int) -> tuple[int, int, Job]:
         """Delay a job; return its entry, which the global deadline heap shares."""
         job.state = DELAYED
-        job.deadline = deadline
         job.entry = entry = (deadline, job.id, job)
         heapq.heappush(self.delayed, entry)
         self.delayed_count += 1

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from haqueue.core import commands as C
-from haqueue.core.job import MIN_TTR_MS
+from haqueue.core.job import MIN_TTR_MS, SHARED_INTS_LIMIT
 from haqueue.core.state import INTERNAL_ERROR, NO_JOB, NOT_FOUND, QueueState
 
 from .helpers import (
@@ -398,6 +398,14 @@ def test_pause_tube_again_replaces_the_earlier_pause(state):
     assert one(state, T0 + 2000, reserve(1)) == ("RESERVED", 1, BODY)
 
 
+def test_a_pause_ended_and_restarted_to_the_same_end_counts_its_ready_jobs_once(state):
+    # pause, unpause, pause again in the same ms: the heap holds the end twice
+    # (found by test_property's ready_at check).
+    run(state, T0, put(), pause("default", 1000), pause("default", 0), pause("default", 1000))
+    assert state.ready_at(T0 + 1000) == {"default": 1}
+    assert one(state, T0 + 1000, reserve(1)) == ("RESERVED", 1, BODY)
+
+
 def test_pause_ending_without_ready_jobs_does_not_signal_ready(state):
     run(state, T0, pause("empty", 1000))
     run(state, T0 + 1000)
@@ -675,6 +683,11 @@ BAD_COMMANDS = [
     (C.PUT, "default", 1, 0, "1000", b"x"),
     (C.PUT, "default", 1, 0, 1000, "x"),
     (C.PUT, "default", 1, 0, 1000, None),
+    # priorities are below 2**32 (protocol.txt); a ready entry's key relies on it
+    (C.PUT, "default", 2**32, 0, 1000, b"x"),
+    (C.PUT, "default", -1, 0, 1000, b"x"),
+    (C.RELEASE, 1, 2, 2**32, 0),
+    (C.BURY, 1, 4, -1),
     (C.RESERVE, 1),
     (C.RESERVE, [1], ("default",)),
     (C.RESERVE, "1", ("default",)),
@@ -819,6 +832,37 @@ def test_finished_jobs_are_not_kept_alive_by_pending_deadlines(state):
         tracemalloc.stop()
     # 2000 bodies of 20 kB would be 40 MB; the bookkeeping left is far less.
     assert grown < 2_000_000, grown
+
+
+def test_queued_jobs_share_the_values_clients_repeat():
+    # Each entry is decoded into fresh ints, as on every node; equal priorities,
+    # delays and ttrs must not cost an int object per job.
+    state = QueueState()
+
+    def apply(stamp, *commands):
+        return state.apply_batch(*C.decode_batch(C.encode_batch(stamp, list(commands)))).results
+
+    for stamp in (T0, T0 + 1):
+        apply(stamp, put(pri=1024, delay=5000, ttr=60_000), put(pri=1024, ttr=60_000))
+    jobs = [state.jobs[i] for i in (1, 2, 3, 4)]
+    assert all(j.pri is jobs[0].pri and j.ttr is jobs[0].ttr for j in jobs)
+    assert jobs[2].delay is jobs[0].delay == 5000
+    assert apply(T0 + 2, reserve(1)) == [("RESERVED", 2, BODY)]
+    assert apply(T0 + 2, release(1, 2, pri=1024, delay=5000)) == [("RELEASED",)]
+    assert jobs[1].pri is jobs[0].pri and jobs[1].delay is jobs[0].delay
+    restored = QueueState.deserialize(state.serialize())
+    again = [restored.jobs[i] for i in (1, 2, 3, 4)]
+    assert all(j.pri is again[0].pri and j.ttr is again[0].ttr for j in again)
+    assert again[0].created is again[1].created and again[2].created is again[3].created
+    assert restored.digest() == state.digest()
+
+
+def test_shared_values_are_bounded():
+    state = QueueState()
+    limit = SHARED_INTS_LIMIT
+    run(state, T0, *[put(pri=1000 + i) for i in range(limit + 10)])
+    assert len(state._ints) == limit
+    assert [state.jobs[i + 1].pri for i in range(limit + 10)] == [1000 + i for i in range(limit + 10)]
 
 
 # snapshots -------------------------------------------------------------------
