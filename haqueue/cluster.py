@@ -81,7 +81,6 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from haqueue.server.limits import ClientLimits, parse_size
 
@@ -199,7 +198,6 @@ class Cluster:
     tls: TlsSettings | None = None
     admin_token: str | None = None
     source: str = "<memory>"
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def vip_address(self) -> str:

@@ -148,7 +148,6 @@ class DurableJournal:
         # and then raises `synced_end` to it; both guarded by `_sync_state`.
         self._sync_state = threading.Condition()
         self._sync_target: int | None = None
-        self._sync_error: OSError | None = None
         self._sync_worker: threading.Thread | None = None
         self._closing = False
         self.fd = -1
@@ -313,7 +312,6 @@ class DurableJournal:
                     self.syncs += 1
                     self.synced_end = max(self.synced_end, target)
                 else:
-                    self._sync_error = error
                     self._fail("fdatasync", error)
                 self._sync_target = None
                 state.notify_all()

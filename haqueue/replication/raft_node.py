@@ -352,7 +352,6 @@ class ReplicatedQueue(SyncObj):
             journal_file = JournalSpec(os.path.join(data_dir, "raft.journal"), policy)
         self.dump_path = os.path.join(dump_dir, "raft.snapshot")
         self.policy = policy
-        self._journal_spec = journal_file
         self._partners = list(partner_addresses)
         self._commit_pending = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())

@@ -36,7 +36,6 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST = 8192
 PROTECTED = ("/status", "/gc")
 
 

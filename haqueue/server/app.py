@@ -29,7 +29,7 @@ from functools import partial
 from typing import Callable
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, Replica, ReplicaConfig, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
@@ -73,7 +73,7 @@ class NodeOptions:
     raft_address: str
     raft_partners: list[str] = field(default_factory=list)
     data_dir: str | None = None
-    policy: FsyncPolicy = FsyncPolicy(50)
+    policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
     secret: str | None = None
     max_job_size: int = 65535
     timing: RaftTiming | None = None
@@ -347,9 +347,6 @@ class QueueServer:
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
-            if self.options.listen.sock is not None:
-                # An inherited socket is the service manager's: keep it open.
-                pass
         for session in list(self.sessions):
             if graceful:
                 session.flush()
