@@ -11,7 +11,7 @@ What is counted (a job is identified by its put's unique body):
   the one its acknowledged put returned.
 - duplicated: a job delivered more than once. Allowed, and counted by cause,
   when the earlier holder's reservation ended without a delete: its
-  connection died (orphan release, design.md I5) or its time-to-run passed
+  connection died (orphan release, docs/design.md I5) or its time-to-run passed
   (timeout). Anything else — delivered again after an acknowledged delete —
   is `duplicated_unexplained`, a violation.
 - double reservation: two reservations of one job certainly live at once.

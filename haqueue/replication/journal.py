@@ -7,7 +7,7 @@ the same interface (add, clear, deleteEntriesFrom, deleteEntriesTo, indexing,
 term and vote, commit index) with an append-only file written with pwrite and
 synced according to the node's FsyncPolicy. `sync()` is called by the
 transport before an acknowledgement leaves the node and by the node before a
-committed entry is applied (see raft_node.py), which gives design.md I1/I7.
+committed entry is applied (see raft_node.py), which gives docs/design.md I1/I7.
 
 File format (little endian), a checklist for changing it:
     header:  b"HAQJRNL1"

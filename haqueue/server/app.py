@@ -3,9 +3,10 @@
 Duties, in the order they happen:
 1. Open the replica (haqueue/replication/replica.py): a Raft member, or a lone node.
 2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
-   held by one of our connections — we have none yet — goes back, design.md
-   I5) and wait until it is applied, which also proves this node has applied
-   everything committed before it. Only then open the client listener (I3).
+   held by one of our connections — we have none yet — goes back,
+   docs/design.md I5) and wait until it is applied, which also proves this
+   node has applied everything committed before it. Only then open the client
+   listener (I3).
 3. While leader: sessions submit commands through the group-commit batcher;
    after each applied entry, wake waiting reserves, flush replies, and arm a
    timer for the next deadline (delay, time-to-run, pause), which logs a TICK
