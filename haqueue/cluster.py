@@ -331,15 +331,7 @@ def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: di
         if node_id in ids:
             raise m.fail("id", f"duplicate id {node_id!r} (also {ids[node_id]})")
         ids[node_id] = where
-        address_text = m.string("address")
-        try:
-            address = ipaddress.IPv4Address(address_text)
-        except ValueError:
-            raise m.fail("address", f"{address_text!r} is not an IPv4 address") from None
-        if address not in vip.network:
-            raise m.fail("address", f"{address} is outside the VIP's subnet {vip.network}")
-        if address == vip.ip:
-            raise m.fail("address", f"{address} is the VIP itself")
+        address = m.address_beside("address", vip)
         interface = m.string("interface")
         if not _IFNAME_RE.match(interface):
             raise m.fail("interface", f"{interface!r} is not a valid interface name")

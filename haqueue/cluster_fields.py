@@ -16,6 +16,7 @@ those read best as plain code beside the dataclass they fill.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Iterable
 
@@ -123,6 +124,19 @@ class Fields:
         if not PATH_RE.match(value):
             raise self.fail(key, f"{value!r} must be an absolute path of letters, digits and _ . / + -")
         return value
+
+    def address_beside(self, key: str, vip: ipaddress.IPv4Interface) -> ipaddress.IPv4Address:
+        """An IPv4 address in the VIP's subnet (where keepalived and the directors reach it), not the VIP."""
+        text = self.string(key)
+        try:
+            address = ipaddress.IPv4Address(text)
+        except ValueError:
+            raise self.fail(key, f"{text!r} is not an IPv4 address") from None
+        if address not in vip.network:
+            raise self.fail(key, f"{address} is outside the VIP's subnet {vip.network}")
+        if address == vip.ip:
+            raise self.fail(key, f"{address} is the VIP itself")
+        return address
 
     def user(self, key: str, default: str) -> str:
         value = self.string(key, default)

@@ -60,15 +60,7 @@ class LvsSettings:
 
 def _read_nat_gateway(t: Fields, vip: ipaddress.IPv4Interface, addresses: Mapping[str, str]) -> str:
     """The NAT real servers' default gateway: held by the directors, inside the VIP's subnet."""
-    text = t.string("nat_gateway")
-    try:
-        address = ipaddress.IPv4Address(text)
-    except ValueError:
-        raise t.fail("nat_gateway", f"{text!r} is not an IPv4 address") from None
-    if address not in vip.network:
-        raise t.fail("nat_gateway", f"{address} is outside the VIP's subnet {vip.network}")
-    if address == vip.ip:
-        raise t.fail("nat_gateway", f"{address} is the VIP itself")
+    address = t.address_beside("nat_gateway", vip)
     if str(address) in addresses:
         raise t.fail("nat_gateway", f"{address} is already {addresses[str(address)]}'s address")
     return str(address)
