@@ -30,7 +30,6 @@ from haqueue.bench.load import BenchError
 
 KINDS = ("reserve-with-timeout", "delay", "deadline-soon", "time-to-run", "pause-tube")
 TIMERS_PER_ROUND = len(KINDS)
-ROUND_SECONDS = 5  # one second each
 DEFAULT_LANES = 50
 NUDGE_AFTER = 0.05
 NUDGE_EVERY = 0.01

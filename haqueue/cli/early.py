@@ -6,7 +6,8 @@ electing a one-node Raft cluster takes longer than that, so `haqueue serve` (and
 `haqueue-beanstalkd`) bind and listen on the client address first, with nothing but the
 socket module loaded. The kernel completes connections into the listen backlog; the
 server accepts them once it leads and has applied its first entry, so a `put` sent early
-simply waits for its reply and is never answered before it is committed (design.md I1).
+simply waits for its reply and is never answered before it is committed
+(docs/design.md I1).
 
 Only the plain case is taken early: a lone node (no --config), TCP on a literal IP
 address, and a command line made only of options this module can read exactly as click

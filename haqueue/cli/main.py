@@ -78,13 +78,6 @@ def cli() -> None:
     """haqueue: a highly available, beanstalkd-compatible job queue."""
 
 
-def _register() -> None:
-    """Commands added eagerly (most are lazy: see the `lazy` table above)."""
-
-
-_register()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; usage errors become one line instead of click's usage block."""
     args = sys.argv[1:] if argv is None else argv

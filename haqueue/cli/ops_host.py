@@ -1,11 +1,10 @@
 """`haqueue ops gen-sysctl | gen-bonding | check`: the host side of the ops toolkit.
 
-Thin commands over haqueue.ops.sysctl, .bonding and .check. `register(group)`
-adds them to the `ops` group; haqueue/cli/ops.py calls it at the end of its
-import, so load the CLI through haqueue.cli.main (as `haqueue` does): the
-shared options and helpers used here are that module's. Every command loads
-and validates the cluster file and its own options before writing anything;
-every problem ends as one line (HaqueueError), never a traceback.
+Thin commands over haqueue.ops.sysctl, .bonding and .check; the `ops` group
+(cli/ops.py) adds `COMMANDS` beside its renderers, and both halves share the
+options in cli/options.py. Every command loads and validates the cluster file
+and its own options before writing anything; every problem ends as one line
+(HaqueueError), never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import json
 
 import click
 
-from haqueue.cli.ops import config_option, emit, load, made_by, node_option, one_line_errors, output_option
+from haqueue.cli.options import config_option, emit, load, made_by, node_option, one_line_errors, output_option
 from haqueue.ops import bonding, check, sysctl
 
 
@@ -102,9 +101,3 @@ def check_host(ctx: click.Context, config_path: str, node_id: str | None, role: 
 
 
 COMMANDS = (gen_sysctl, gen_bonding, check_host)
-
-
-def register(group: click.Group) -> None:
-    """Add the host-side commands to the `ops` group."""
-    for command in COMMANDS:
-        group.add_command(command)

@@ -384,7 +384,6 @@ SCENARIOS = {
     "stall-fsync-leader": stall_fsync_leader,
     "cut-leader-to-follower": cut_leader_to_follower,
 }
-LEADER_STORAGE_FAULTS = ("disk-full-leader", "eio-leader")  # must fail over within 3 s
 FOLLOWER_FAULTS = ("disk-full-follower",)  # clients must see nothing
 CHOICES = (*SCENARIOS, "mix", "all")
 

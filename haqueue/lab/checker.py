@@ -11,7 +11,7 @@ What is counted (a job is identified by its put's unique body):
   the one its acknowledged put returned.
 - duplicated: a job delivered more than once. Allowed, and counted by cause,
   when the earlier holder's reservation ended without a delete: its
-  connection died (orphan release, design.md I5) or its time-to-run passed
+  connection died (orphan release, docs/design.md I5) or its time-to-run passed
   (timeout). Anything else — delivered again after an acknowledged delete —
   is `duplicated_unexplained`, a violation.
 - double reservation: two reservations of one job certainly live at once.
@@ -61,7 +61,6 @@ class Delivery:
     at: float  # the reserve's reply
     live_until: float  # certainly reserved until here
     deleted: float | None = None  # invocation of the delete that succeeded
-    delete_done: float | None = None
 
 
 def pair_ops(events: list[dict]) -> list[Op]:
@@ -94,7 +93,7 @@ def _deliveries(ops: list[Op]) -> list[Delivery]:
             later = [o for o in conn_ops[k + 1:] if o.f == "delete" and o.value == d.job_id]
             deleted = next((o for o in later if o.type == "ok"), None)
             if deleted is not None:
-                d.deleted, d.delete_done = deleted.invoke, deleted.done
+                d.deleted = deleted.invoke
                 d.live_until = deleted.invoke
             else:
                 # Still held while the connection answered (TTR aside: see

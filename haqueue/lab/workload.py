@@ -20,7 +20,7 @@ The history is JSON lines, one per event, Jepsen style:
   timed out after it was sent. A put whose connection broke before the reply
   is `unknown`, never `fail`.
 - "close" events (type "close") mark when a worker saw its connection die:
-  the server releases that connection's reservations (design.md I5).
+  the server releases that connection's reservations (docs/design.md I5).
 Timestamps are time.monotonic(), which is CLOCK_MONOTONIC and shared by every
 process on the host, so the chaos runner's fault times compare with them.
 

@@ -38,7 +38,7 @@ import shlex
 from dataclasses import dataclass
 
 from haqueue.cluster import Cluster, ClusterFileError, Node
-from haqueue.ops.render import RenderedFile, header, with_header
+from haqueue.ops.render import RenderedFile, header, short_number, with_header
 
 SCRIPT_NAME = "haqueue-leader-check.sh"
 CURL = "/usr/bin/curl"
@@ -128,10 +128,6 @@ def script_path(cluster: Cluster) -> str:
     return f"{cluster.keepalived.script_dir.rstrip('/')}/{SCRIPT_NAME}"
 
 
-def _num(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
 def render_node(cluster: Cluster, node: Node, command: str) -> str:
     k = cluster.keepalived
     t = timing(cluster, node)
@@ -166,15 +162,15 @@ def render_node(cluster: Cluster, node: Node, command: str) -> str:
         "# - init_fail: after a (re)start this node is FAULT until the check passes once.",
         "#",
         "# Timing, worst case from a leadership change to the VIP on the new leader",
-        f"# (the check script re-checks every {_num(POLL)} s within each 1 s run, see {SCRIPT_NAME}):",
-        f"#   new leader's check passes  {_num(t.gain)} s",
-        f"#   old master's check fails   {_num(t.loss)} s  (then it sends priority 0; a dead one sends nothing)",
-        f"#   master-down interval       {_num(t.master_down)} s  3 x advert_int {_num(k.advert_int)}"
-        f" + skew {_num(t.skew)} (VRRPv3)",
-        f"#   total                      {_num(t.total)} s  the later of passes + master-down and"
+        f"# (the check script re-checks every {short_number(POLL)} s within each 1 s run, see {SCRIPT_NAME}):",
+        f"#   new leader's check passes  {short_number(t.gain)} s",
+        f"#   old master's check fails   {short_number(t.loss)} s  (then it sends priority 0; a dead one sends nothing)",
+        f"#   master-down interval       {short_number(t.master_down)} s  3 x advert_int {short_number(k.advert_int)}"
+        f" + skew {short_number(t.skew)} (VRRPv3)",
+        f"#   total                      {short_number(t.total)} s  the later of passes + master-down and"
         " fails + skew,",
         "#                                     then gratuitous ARP from the new master",
-        f"#   moved again within 1 s     {_num(t.again)} s  the new holder's check exited at once to"
+        f"#   moved again within 1 s     {short_number(t.again)} s  the new holder's check exited at once to"
         " claim the VIP",
         "#                                     and watches again from its next run",
         "# advert_int, not the check, bounds the takeover from a dead leader. Tune in",
@@ -196,7 +192,7 @@ def render_node(cluster: Cluster, node: Node, command: str) -> str:
         "",
         "# Exit 0 only on the Raft leader:",
         f"#   {check_what}",
-        f"# {SCRIPT_NAME} repeats that check every {_num(POLL)} s within each run (see its comments).",
+        f"# {SCRIPT_NAME} repeats that check every {short_number(POLL)} s within each run (see its comments).",
         f"vrrp_script {script_name(cluster)} {{",
         f'    script "{script_line}"',
         f"    interval {SCRIPT_INTERVAL}",
@@ -214,7 +210,7 @@ def render_node(cluster: Cluster, node: Node, command: str) -> str:
         f"    interface {node.interface}",
         f"    virtual_router_id {cluster.virtual_router_id}",
         f"    priority {node.priority}",
-        f"    advert_int {_num(k.advert_int)}",
+        f"    advert_int {short_number(k.advert_int)}",
         f"    unicast_src_ip {node.address}",
         "    unicast_peer {",
         *[f"        {peer.address}" for peer in peers],

@@ -24,8 +24,9 @@ connections survive that.
 
 from __future__ import annotations
 
-from haqueue.cluster import Cluster, ClusterFileError, LVS_MODES, Node
-from haqueue.ops.render import RenderedFile, header, with_header
+from haqueue.cluster import Cluster, ClusterFileError, Node
+from haqueue.ops.lvs_settings import LVS_MODES
+from haqueue.ops.render import RenderedFile, header, short_number, with_header
 
 LOGGER = "/usr/bin/logger"
 GARP_MASTER_REPEAT = 3
@@ -53,10 +54,6 @@ def vrid(cluster: Cluster) -> int:
     return cluster.lvs.virtual_router_id or cluster.virtual_router_id
 
 
-def _num(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
 def _method(mode: str) -> str:
     return {"dr": "DR", "tun": "TUN type ipip", "nat": "NAT"}[mode]
 
@@ -78,8 +75,8 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         "#",
         "# - Real servers are checked with HTTP_GET on the admin port's /leader, which answers",
         "#   200 only on the leader: a TCP check would pass on followers, which refuse clients.",
-        f"# - Every {_num(lvs.delay_loop)} s, one retry after {_num(DELAY_BEFORE_RETRY)} s: ip_vs follows"
-        f" a leadership change within about {_num(lvs.delay_loop + DELAY_BEFORE_RETRY + 0.05)} s.",
+        f"# - Every {short_number(lvs.delay_loop)} s, one retry after {short_number(DELAY_BEFORE_RETRY)} s: ip_vs follows"
+        f" a leadership change within about {short_number(lvs.delay_loop + DELAY_BEFORE_RETRY + 0.05)} s.",
         "# - alpha: after a (re)start every real server is down until its check passes, so",
         "#   no client is sent to a follower meanwhile.",
         "# - No persistence_timeout: an established connection stays on its real server",
@@ -89,8 +86,8 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         f"#   timeout: lvs_timeouts tcp {lvs.tcp_timeout} s, longer than clients stay idle; use TCP",
         "#   keepalive below that on clients (and net.ipv4.vs.expire_nodest_conn=1, set by",
         f"#   {DIRECTOR_SCRIPT}, to drop connections of a removed real server at once).",
-        f"# - Director failover: the backup takes the VIP after 3 x advert_int {_num(lvs.advert_int)}"
-        f" + skew {_num(skew)} = {_num(3 * lvs.advert_int + skew)} s;",
+        f"# - Director failover: the backup takes the VIP after 3 x advert_int {short_number(lvs.advert_int)}"
+        f" + skew {short_number(skew)} = {short_number(3 * lvs.advert_int + skew)} s;",
         "#   lvs_sync_daemon has copied the connection table to it, so established",
         "#   connections survive.",
         "# No vrrp_strict, no VRRP authentication: see docs/operations.md, \"Authentication\".",
@@ -111,7 +108,7 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         f"    interface {director.interface}",
         f"    virtual_router_id {vrid(cluster)}",
         f"    priority {director.priority}",
-        f"    advert_int {_num(lvs.advert_int)}",
+        f"    advert_int {short_number(lvs.advert_int)}",
         f"    unicast_src_ip {director.address}",
         "    unicast_peer {",
         f"        {peer.address}",
@@ -130,7 +127,7 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         "}",
         "",
         f"virtual_server {cluster.vip_address} {cluster.client_port} {{",
-        f"    delay_loop {_num(lvs.delay_loop)}",
+        f"    delay_loop {short_number(lvs.delay_loop)}",
         "    lb_algo rr",
         f"    lvs_method {_method(mode)}",
         "    protocol TCP",
@@ -147,9 +144,9 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
             "                status_code 200",
             "            }",
             f"            connect_port {node.admin_port}",
-            f"            connect_timeout {_num(CONNECT_TIMEOUT)}",
+            f"            connect_timeout {short_number(CONNECT_TIMEOUT)}",
             f"            retry {RETRY}",
-            f"            delay_before_retry {_num(DELAY_BEFORE_RETRY)}",
+            f"            delay_before_retry {short_number(DELAY_BEFORE_RETRY)}",
             "        }",
             "    }",
         ]

@@ -47,7 +47,7 @@ def alert_rules(cluster: Cluster) -> list[dict]:
         dict(alert="HaqueueTwoLeaders", expr=f"sum(haqueue_serving{{{sel}}}) > 1",
              duration="5s", severity="critical",
              summary=f"Two haqueue nodes of {cluster.name} serve clients",
-             description="More than one node says it serves (design.md I3 forbids it for longer than a "
+             description="More than one node says it serves (docs/design.md I3 forbids it for longer than a "
                          "lease): check the VIP with `haqueue ops check` on each node."),
         dict(alert="HaqueueNodeDown", expr=f"up{{{sel}}} == 0",
              duration="1m", severity="warning",

@@ -54,6 +54,11 @@ def header(command: str, install: str | None = None, comment: str = "#") -> str:
     return "\n".join(lines) + "\n"
 
 
+def short_number(value: float) -> str:
+    """A number for a config file or a comment: at most two decimals, no trailing zeros (0.1, 2, 0.85)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def with_header(body: str, head: str) -> str:
     """Put the header first, or right after a `#!` line (which must stay line one)."""
     if body.startswith("#!"):

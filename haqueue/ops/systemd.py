@@ -31,7 +31,7 @@ and [keepalived] tables (validated there: no spaces or quotes to escape).
 from __future__ import annotations
 
 from haqueue.cluster import Cluster, Node
-from haqueue.ops.render import RenderedFile, header
+from haqueue.ops.render import RenderedFile, header, short_number
 
 STATE_ROOT = "/var/lib/"
 HEALTH_WAIT = 60  # seconds keepalived waits for haqueue's admin port at most
@@ -48,10 +48,6 @@ def dropin_file(node: Node) -> str:
 
 def director_dropin_file(director: Node) -> str:
     return f"keepalived-haqueue-director-{director.id}.conf"
-
-
-def _num(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def render_unit(cluster: Cluster, node: Node, command: str) -> str:
@@ -149,11 +145,11 @@ def render_dropin(cluster: Cluster, node: Node, command: str) -> str:
         "[Service]",
         "# Start-up delay: wait (at most "
         f"{HEALTH_WAIT} s) until haqueue answers /health, then settle for",
-        f"# {_num(k.start_delay)} s ([keepalived] start_delay), so a rebooted node's interfaces,",
+        f"# {short_number(k.start_delay)} s ([keepalived] start_delay), so a rebooted node's interfaces,",
         "# routes and haqueue are up before VRRP runs. The leader check (init_fail) already",
         "# keeps this node FAULT until haqueue says it leads; the delay is a second fence.",
         wait,
-        *([f"ExecStartPre=/bin/sleep {_num(k.start_delay)}"] if k.start_delay > 0 else []),
+        *([f"ExecStartPre=/bin/sleep {short_number(k.start_delay)}"] if k.start_delay > 0 else []),
         f"TimeoutStartSec={HEALTH_WAIT + int(k.start_delay) + 30}",
         "# Always restart, also after a clean exit: SIGTERM makes keepalived release the VIP",
         "# and exit 0, and no other node takes the VIP while leadership is unchanged.",
@@ -175,9 +171,9 @@ def render_director_dropin(cluster: Cluster, director: Node, command: str) -> st
         "StartLimitIntervalSec=0",
         "",
         "[Service]",
-        f"# Settle for {_num(k.start_delay)} s ([keepalived] start_delay) once the network is online,",
+        f"# Settle for {short_number(k.start_delay)} s ([keepalived] start_delay) once the network is online,",
         "# so a rebooted director's interfaces and routes are up before VRRP runs.",
-        *([f"ExecStartPre=/bin/sleep {_num(k.start_delay)}"] if k.start_delay > 0 else []),
+        *([f"ExecStartPre=/bin/sleep {short_number(k.start_delay)}"] if k.start_delay > 0 else []),
         f"TimeoutStartSec={int(k.start_delay) + 30}",
         "# Always restart, also after a clean exit: after SIGTERM the other director takes the",
         "# VIP, and this one stays out of the pair (no spare) until keepalived runs again;",

@@ -7,7 +7,7 @@ the same interface (add, clear, deleteEntriesFrom, deleteEntriesTo, indexing,
 term and vote, commit index) with an append-only file written with pwrite and
 synced according to the node's FsyncPolicy. `sync()` is called by the
 transport before an acknowledgement leaves the node and by the node before a
-committed entry is applied (see raft_node.py), which gives design.md I1/I7.
+committed entry is applied (see raft_node.py), which gives docs/design.md I1/I7.
 
 File format (little endian), a checklist for changing it:
     header:  b"HAQJRNL1"
@@ -148,7 +148,6 @@ class DurableJournal:
         # and then raises `synced_end` to it; both guarded by `_sync_state`.
         self._sync_state = threading.Condition()
         self._sync_target: int | None = None
-        self._sync_error: OSError | None = None
         self._sync_worker: threading.Thread | None = None
         self._closing = False
         # Called in the worker thread after each background sync, failed or not
@@ -318,7 +317,6 @@ class DurableJournal:
                     self.syncs += 1
                     self.synced_end = max(self.synced_end, target)
                 else:
-                    self._sync_error = error
                     self._fail("fdatasync", error)
                 self._sync_target = None
                 state.notify_all()

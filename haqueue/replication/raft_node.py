@@ -86,6 +86,11 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    extend the lease: a deposed leader cut off one way kept answering reads.
 13. Big entries travel whole (appendEntriesBatchSizeBytes above the largest
    entry): pysyncobj's chunked path marks the last chunk by the wrong length.
+14. Truncate only from a conflict: a follower rewrites each append_entries
+   into what Raft would act on before pysyncobj sees it (append_guard.py).
+15. The next index never moves back on a successful acknowledgement: with
+   several appends in flight, pysyncobj set it back on the older one's
+   answer and re-sent entries the follower had (SyncingTransport's handler).
 
 Threads: pysyncobj applies entries in the tick thread; the asyncio server
 reads the state from its own thread. `state_lock` is held while a batch is
@@ -358,7 +363,6 @@ class ReplicatedQueue(SyncObj):
             journal_file = JournalSpec(os.path.join(data_dir, "raft.journal"), policy)
         self.dump_path = os.path.join(dump_dir, "raft.snapshot")
         self.policy = policy
-        self._journal_spec = journal_file
         self._partners = list(partner_addresses)
         self._commit_pending = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())

@@ -4,7 +4,7 @@ This is what a restarting node does before it serves, done without Raft: load
 the snapshot if there is one, then apply every journal entry after it, in
 order. Operators use it (`haqueue node replay -b DIR`) to inspect a stopped
 node; the crash tests use it to show that replay gives the state the node had
-acknowledged (design.md I7).
+acknowledged (docs/design.md I7).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from haqueue.core.effects import Applied
-from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.replication.timing import RaftTiming
 
 __all__ = ["Replica", "ReplicaConfig", "ReplicaLike", "RaftTiming", "open_replica", "startup_errors"]
@@ -37,7 +37,7 @@ class ReplicaConfig:
     self_address: str
     partners: list[str]
     data_dir: str | None = None
-    policy: FsyncPolicy = FsyncPolicy(50)
+    policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
     secret: str | None = None
     timing: RaftTiming | None = None
     compaction_entries: int = 20000

@@ -4,10 +4,10 @@ GET /        the status page (status_page.py): the cluster in a browser, live
 GET /cluster JSON: the cluster as this node sees it, for the page and `haqueue top`
 GET /health  200 while the node runs (any role)
 GET /leader  200 only on the leader that is serving clients, else 503 — the
-             same answer as `haqueue node is-leader` (design.md I3), so
+             same answer as `haqueue node is-leader` (docs/design.md I3), so
              keepalived and LVS route to the leader alone
 GET /status  JSON: role, term, commit/applied index, serving, connections;
-             with ?digest=1 also the replicated state's digest (design.md I2)
+             with ?digest=1 also the replicated state's digest (docs/design.md I2)
 GET /metrics the Prometheus text format (metrics.py): every node, followers too
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
@@ -36,7 +36,6 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST = 8192
 PROTECTED = ("/status", "/gc")
 
 

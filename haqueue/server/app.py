@@ -3,9 +3,10 @@
 Duties, in the order they happen:
 1. Open the replica (haqueue/replication/replica.py): a Raft member, or a lone node.
 2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
-   held by one of our connections — we have none yet — goes back, design.md
-   I5) and wait until it is applied, which also proves this node has applied
-   everything committed before it. Only then open the client listener (I3).
+   held by one of our connections — we have none yet — goes back,
+   docs/design.md I5) and wait until it is applied, which also proves this
+   node has applied everything committed before it. Only then open the client
+   listener (I3).
 3. While leader: sessions submit commands through the group-commit batcher;
    after each applied entry, wake waiting reserves, flush replies, and arm a
    timer for the next deadline (delay, time-to-run, pause), which logs a TICK
@@ -29,7 +30,7 @@ from functools import partial
 from typing import Callable
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import FsyncPolicy
+from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
@@ -74,7 +75,7 @@ class NodeOptions:
     raft_address: str
     raft_partners: list[str] = field(default_factory=list)
     data_dir: str | None = None
-    policy: FsyncPolicy = FsyncPolicy(50)
+    policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
     secret: str | None = None
     max_job_size: int = 65535
     timing: RaftTiming | None = None
@@ -349,9 +350,6 @@ class QueueServer:
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
-            if self.options.listen.sock is not None:
-                # An inherited socket is the service manager's: keep it open.
-                pass
         for session in list(self.sessions):
             if graceful:
                 session.flush()

@@ -1,13 +1,13 @@
 """Group commit: gather state-changing commands into Raft entries.
 
 Commands arriving while entries are in flight ride in the next entry, with
-at most MAX_IN_FLIGHT entries outstanding (design.md "Throughput"). Every
+at most MAX_IN_FLIGHT entries outstanding (docs/design.md "Throughput"). Every
 command carries a continuation; when its entry is committed and applied, the
 continuations run in the asyncio thread in log order, each with its own
 result, and then `on_applied` with the entry's effects (what the server acts
 on: haqueue/core/effects.py). If the entry fails (leadership lost, queue
 full) its outcome is unknown, and each continuation receives `None`: the
-session closes the connection rather than guess (design.md I1).
+session closes the connection rather than guess (docs/design.md I1).
 
 So a worker's `delete` and the `reserve` it pipelines behind it, parsed in
 the same loop turn, ride in one entry, in that order.

@@ -32,10 +32,6 @@ class TubeDirectory:
     def names(self) -> list[str]:
         return list(self.order)
 
-    def note_replicated(self, name: str) -> None:
-        """A tube that came to exist through the log (e.g. restored state)."""
-        self.order.append(name)
-
     def ref(self, name: str) -> None:
         self.refs[name] = self.refs.get(name, 0) + 1
         self.order.append(name)

@@ -5,24 +5,24 @@ from __future__ import annotations
 import io
 import os
 import pty
+import select
 import time
 
 from haqueue.progress import Progress
 
 
-def read_all(fd: int) -> bytes:
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
+def read_until(fd: int, suffix: bytes, timeout: float = 10.0) -> bytes:
+    """What the pty's master side has received once it ends with `suffix` (or the
+    timeout passes): the kernel hands a pty's writes to the reader asynchronously,
+    so the last write may not be readable yet when the writer returns."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while not data.endswith(suffix):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
             break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        if len(chunk) < 65536:
-            break
-    return b"".join(chunks)
+        data += os.read(fd, 65536)
+    return data
 
 
 def test_quiet_when_not_a_terminal():
@@ -48,7 +48,7 @@ def test_on_a_terminal_the_status_line_is_redrawn_in_place():
             ticker = Progress(tty, period=0.05)
             with ticker.ticking(lambda: "tick"):
                 time.sleep(0.12)  # the ticker draws as it starts, then every period
-        text = read_all(master).decode()
+        text = read_until(master, b"\r\x1b[K").decode()
     finally:
         os.close(master)
         os.close(slave)

@@ -1,11 +1,11 @@
 """Beanstalk clients that find whichever node serves, as a user's client would.
 
-Only the leader listens on the client port (design.md I3), so a client tries
+Only the leader listens on the client port (docs/design.md I3), so a client tries
 each node's address in turn until one accepts. Every socket has a timeout: a
 SIGSTOPped node still accepts connections in the kernel but never answers,
 and a test must not hang on it. Connection trouble (reset, EOF, timeout)
 surfaces as `OSError`/`ConnectionError`; the caller treats the connection as
-dead and the outcome of its in-flight command as unknown (design.md I1).
+dead and the outcome of its in-flight command as unknown (docs/design.md I1).
 """
 
 from __future__ import annotations

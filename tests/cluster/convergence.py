@@ -1,4 +1,4 @@
-"""Waiting until the nodes of a cluster hold one state (design.md I2).
+"""Waiting until the nodes of a cluster hold one state (docs/design.md I2).
 
 Same log, same state, byte for byte: once the cluster is quiet, every node
 has applied the same index and reports the same state digest through its

@@ -1,4 +1,4 @@
-"""Kill -9 the leader of a real three-node cluster (issue 3; design.md I1, I4-I7).
+"""Kill -9 the leader of a real three-node cluster (issue 3; docs/design.md I1, I4-I7).
 
 Each test starts three `haqueue serve` processes on loopback, drives them with
 real beanstalk clients, and kills the serving node with SIGKILL.

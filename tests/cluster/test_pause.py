@@ -1,4 +1,4 @@
-"""SIGSTOP the leader, let the others elect, SIGCONT it (issue 3; design.md I1, I3).
+"""SIGSTOP the leader, let the others elect, SIGCONT it (issue 3; docs/design.md I1, I3).
 
 A paused leader is the classic way to get two nodes that both believe they
 lead: the resumed one must step down, close its client port within about one

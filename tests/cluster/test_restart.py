@@ -1,4 +1,4 @@
-"""Restarts with the durable policy (-f0): nothing acknowledged is lost (design.md I2, I6, I7).
+"""Restarts with the durable policy (-f0): nothing acknowledged is lost (docs/design.md I2, I6, I7).
 
 Nodes are killed with SIGKILL, so nothing is flushed on the way out: what a
 restarted node knows comes from its journal and snapshot alone.

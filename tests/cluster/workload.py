@@ -6,7 +6,7 @@ a `Ledger`: which puts were acknowledged (id, body, serving node, time),
 which had an unknown outcome, which deletes were sent and acknowledged, and
 every reservation with the time its RESERVED reply arrived and the time its
 DELETE/RELEASE/BURY was sent. The checks below then hold the cluster to
-design.md:
+docs/design.md:
 
 - I7: every acknowledged put is in the queue with its body, unless a delete
   for it was sent (an unacknowledged delete may have been applied); a job

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from click.testing import CliRunner, Result
 
-# Load the CLI the way `haqueue` does (main registers ops, ops registers ops_host).
+# Load the CLI the way `haqueue` does (main loads the ops group, which adds both halves).
 from haqueue.cli.main import cli
 
 HERE = Path(__file__).parent

@@ -65,7 +65,7 @@ tests:
           - exp_labels: {severity: critical}
             exp_annotations:
               summary: "Two haqueue nodes of orders serve clients"
-              description: "More than one node says it serves (design.md I3 forbids it for longer than a lease): check the VIP with `haqueue ops check` on each node."
+              description: "More than one node says it serves (docs/design.md I3 forbids it for longer than a lease): check the VIP with `haqueue ops check` on each node."
       - eval_time: 155s
         alertname: HaqueueNoLeader
         exp_alerts:

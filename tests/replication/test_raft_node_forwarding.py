@@ -1,4 +1,4 @@
-"""A node that is not the leader never gets an entry committed (design.md I3, I4).
+"""A node that is not the leader never gets an entry committed (docs/design.md I3, I4).
 
 pysyncobj forwards a command submitted on a follower to the leader, which
 commits it. haqueue only submits while it leads, but a deposed leader's
