@@ -150,9 +150,6 @@ class DurableJournal:
         self._sync_target: int | None = None
         self._sync_worker: threading.Thread | None = None
         self._closing = False
-        # Called in the worker thread after each background sync, failed or not
-        # (a lone node wakes its event loop with it: lone.py).
-        self.on_background_sync = None
         self.fd = -1
         with self._io("open"):
             self._open()
@@ -279,22 +276,20 @@ class DurableJournal:
                 return self.offsets[position + 1]
         return self.end
 
-    def sync_in_background(self) -> bool:
-        """Start an fsync of everything written so far; do not wait for it.
-        False if none runs (nothing unsynced, or the policy never syncs)."""
+    def sync_in_background(self) -> None:
+        """Start an fsync of everything written so far; do not wait for it."""
         self._check()
         if self.policy.never or not self.dirty:
-            return False
+            return
         with self._sync_state:
             if self._sync_target is not None:
-                return True  # one at a time: the caller asks again on its next round
+                return  # one at a time: the caller asks again on its next round
             self._sync_target = self.end
             if self._sync_worker is None:
                 self._sync_worker = threading.Thread(target=self._sync_in_worker, name="journal-sync",
                                                      daemon=True)
                 self._sync_worker.start()
             self._sync_state.notify_all()
-        return True
 
     def _sync_in_worker(self) -> None:
         state = self._sync_state
@@ -320,8 +315,6 @@ class DurableJournal:
                     self._fail("fdatasync", error)
                 self._sync_target = None
                 state.notify_all()
-            if self.on_background_sync is not None:
-                self.on_background_sync()
 
     def _wait_for_background(self) -> None:
         if self._sync_worker is not None:

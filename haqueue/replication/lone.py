@@ -4,14 +4,12 @@ A lone node is its own majority: an entry is committed the moment it is in
 its own journal, synced as its fsync policy says (`-f0`: before anything
 that depends on it is answered). So it needs none of pysyncobj's machinery:
 no tick thread, no Raft port, no election, no hand-off between threads.
-`submit` runs in the event loop's thread: it writes the entry to the journal,
-applies it and calls back with its results and effects. With `-f0` the apply
-waits for the fsync that covers the entry, which runs in the journal's
-worker thread while the loop goes on reading, parsing and writing the next
-entries (one fsync at a time; each covers everything written before it
-started, so entries that arrive during one ride the next: group commit).
-With `-f MS` the entry is applied at once and a timer syncs at most every MS
-ms, as beanstalkd does; with `-F`, never.
+`submit` runs in the event loop's thread and does, in order: write the entry
+to the journal, fsync it (`-f0`; with `-f MS` a timer syncs at most every MS
+ms, as beanstalkd does), apply it, and call back with its results and
+effects. While the fsync runs, the loop reads nothing: the commands that
+arrive meanwhile wait in their sockets and ride together in the next entry
+(group commit by construction, as in beanstalkd's own loop).
 
 Measured against the pysyncobj path it replaces (docs/benchmarks.md, issue
 9): two thread hand-offs per entry and pysyncobj's per-tick work were most of
@@ -45,7 +43,6 @@ import os
 import pickle
 import threading
 import time
-from collections import deque
 from typing import Callable
 
 from haqueue.core.commands import LogFormatError, decode_batch
@@ -94,12 +91,7 @@ class LoneReplica:
         self.fatal_error: str | None = None
         self.policy = config.policy
         self.compaction_seconds = compaction_seconds
-        self.last_index = 0  # the last entry written to the journal
-        self.applied_index = 0
-        # -f0: entries written and waiting for the sync that covers them, in
-        # order: (index, entry, on_applied). Whenever it is not empty, a
-        # background sync is running, whose end calls _synced.
-        self._unsynced: deque = deque()
+        self.last_index = 0
         self._snapshot_pid = 0
         self._snapshot_covers: tuple | None = None  # (entry S, entry S-1) of the snapshot being written
         self._snapshot_fd = -1
@@ -149,7 +141,7 @@ class LoneReplica:
                         raise LogFormatError(f"cannot apply a log entry: {exc}; refusing to run with "
                                              f"a diverged state") from None
                     self.state.apply_batch(stamp, commands)
-        self.last_index = self.applied_index = journal[len(journal) - 1][1] if len(journal) else applied
+        self.last_index = journal[len(journal) - 1][1] if len(journal) else applied
         journal.setRaftCommitIndex(self.last_index)
 
     # ------------------------------------------------------------ lifecycle
@@ -160,8 +152,6 @@ class LoneReplica:
         self.on_role_change("leader", self.term)
         if self.journal is not None:
             self._meta_timer = self._loop.call_later(1.0, self._every_second)
-            loop = self._loop
-            self.journal.on_background_sync = lambda: loop.call_soon_threadsafe(self._synced)
 
     def _every_second(self) -> None:
         # The commit index is stored lazily, as a Raft node stores it: it only
@@ -194,8 +184,7 @@ class LoneReplica:
 
     # ---------------------------------------------------------------- write
     def submit(self, entry: bytes, on_applied: Callable[[Applied | None], None]) -> None:
-        """Log, sync (per policy), apply, then call `on_applied`: at once, or
-        with -f0 once the fsync that covers the entry has returned."""
+        """Log, sync (per policy), apply: `on_applied` runs before this returns."""
         if self.fatal_error is not None:
             on_applied(None)
             return
@@ -206,57 +195,20 @@ class LoneReplica:
                 journal.add(frame(entry), index, self.term)
                 journal.setRaftCommitIndex(index)  # stored lazily (_every_second)
                 if self.policy.durable:
-                    # The fsync runs in the journal's worker while this thread
-                    # goes on reading, parsing and writing the next entries;
-                    # _synced applies what it covered, in order.
-                    self.last_index = index
-                    self._unsynced.append((index, entry, on_applied))
-                    journal.sync_in_background()  # dirty now: runs, or one is running
-                    return
-                if not self.policy.never and self._sync_timer is None:
+                    journal.sync()
+                elif not self.policy.never and self._sync_timer is None:
                     self._sync_timer = self._loop.call_later(self.policy.interval_ms / 1000, self._sync_due)
             except JournalError as exc:
                 self._fatal(exc)
                 on_applied(None)
                 return
         self.last_index = index
-        self._apply(index, entry, on_applied)
-        if journal is not None and not self._snapshot_pid:
-            self._maybe_snapshot(journal)
-
-    def _apply(self, index: int, entry: bytes, on_applied) -> None:
         stamp, commands = decode_batch(entry)  # what replay will apply: the logged bytes
         applied = applying.apply_entry(self.state, self.state_lock, stamp, commands)
-        self.applied_index = index
         self.observations.note_commit(index, time.monotonic())
         on_applied(applied)
-
-    def _synced(self) -> None:
-        """A background fsync returned (-f0): apply the entries it covered."""
-        journal = self.journal
-        if journal is None or self.fatal_error is not None:
-            return
-        if journal.failed is not None:
-            self._fatal(JournalError(journal.failed))
-            unsynced, self._unsynced = self._unsynced, deque()
-            for _index, _entry, on_applied in unsynced:
-                on_applied(None)  # outcome unknown: the connection closes
-            return
-        unsynced = self._unsynced
-        # By index, not by file offset: compaction moves every offset.
-        while unsynced and journal.end_of_index(unsynced[0][0]) <= journal.synced_end:
-            index, entry, on_applied = unsynced.popleft()
-            self._apply(index, entry, on_applied)
-        try:
-            if unsynced:
-                # One sync at a time: the next covers the rest. If none is
-                # needed (a compaction synced them), apply them on the next turn.
-                if not journal.sync_in_background():
-                    self._loop.call_soon(self._synced)
-            elif not self._snapshot_pid:
-                self._maybe_snapshot(journal)
-        except JournalError as exc:
-            self._fatal(exc)
+        if journal is not None and not self._snapshot_pid:
+            self._maybe_snapshot(journal)
 
     def _sync_due(self) -> None:
         self._sync_timer = None
@@ -279,13 +231,11 @@ class LoneReplica:
         limit = self.config.journal_limit
         due = (self.last_index - self._last_snapshot_index >= self.config.compaction_entries
                and time.monotonic() - self._last_snapshot_time >= self.compaction_seconds)
-        if (due or (limit is not None and journal.end > limit)) and self.applied_index - journal[0][1] >= 1:
+        if (due or (limit is not None and journal.end > limit)) and len(journal) >= 2:
             self._start_snapshot(journal)
 
     def _start_snapshot(self, journal: DurableJournal) -> None:
-        # The state as applied (entries written and not yet synced are not in it).
-        position = self.applied_index - journal[0][1]
-        last, before = journal[position], journal[position - 1]
+        last, before = journal[len(journal) - 1], journal[len(journal) - 2]
         self.observations.snapshot_started()
         self._snapshot_covers = (last, before)
         pid = snapshot.write_in_child(self.dump_path, self.state, (last, before, ()),
@@ -351,8 +301,8 @@ class LoneReplica:
             "role": "leader" if self.is_leader() else "follower",
             "term": self.term,
             "leader": self.config.self_address,
-            "commit_index": self.applied_index,
-            "applied_index": self.applied_index,
+            "commit_index": self.last_index,
+            "applied_index": self.last_index,
             "log_length": len(self.journal) if self.journal is not None else 0,
             "has_quorum": True,
         }
