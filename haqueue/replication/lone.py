@@ -9,7 +9,11 @@ to the journal, fsync it (`-f0`; with `-f MS` a timer syncs at most every MS
 ms, as beanstalkd does), apply it, and call back with its results and
 effects. While the fsync runs, the loop reads nothing: the commands that
 arrive meanwhile wait in their sockets and ride together in the next entry
-(group commit by construction, as in beanstalkd's own loop).
+(group commit by construction, as in beanstalkd's own loop). Syncing in the
+journal's worker instead, the apply following the sync's end, was tried and
+measured slower with the node on one core (cycle, window 1, -f0, alternating
+runs on a quiet machine: 1,601-1,719 against 1,849-2,156 cycles/s inline):
+at a 0.1 ms fsync the thread hand-offs cost more than the overlap saves.
 
 Measured against the pysyncobj path it replaces (docs/benchmarks.md, issue
 9): two thread hand-offs per entry and pysyncobj's per-tick work were most of

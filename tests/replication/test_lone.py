@@ -66,9 +66,9 @@ def test_what_a_lone_node_logged_is_there_after_a_restart_and_each_start_is_a_ne
     assert (applied, tail) == (3, 0) and state.digest() == second.state.digest()
 
 
-def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path):
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=FsyncPolicy(50),
-                           journal_limit=4096)
+@pytest.mark.parametrize("policy", [DURABLE, FsyncPolicy(50)], ids=["f0", "f50"])
+def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path, policy):
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy, journal_limit=4096)
     body = b"b" * 700
 
     async def main() -> tuple[str, int]:
