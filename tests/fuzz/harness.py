@@ -23,6 +23,12 @@ import asyncio
 import threading
 
 from haqueue.core.commands import decode_batch
+from haqueue.protocol.gearman import NEED_DATA as GEARMAN_NEED_DATA
+from haqueue.protocol.gearman import AdminLine as GearmanAdminLine
+from haqueue.protocol.gearman import GearmanDecoder
+from haqueue.protocol.gearman import Packet as GearmanPacket
+from haqueue.protocol.gearman import ProtocolError as GearmanProtocolError
+from haqueue.protocol.gearman import encode as gearman_encode
 from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
 from haqueue.server.app import Listen, NodeOptions, QueueServer
@@ -48,6 +54,39 @@ def check_codec(data: bytes) -> None:
     assert_only_events(whole)
     assert codec_events(stream, cuts, limit) == whole
     assert reference_events(stream, cuts, limit) == whole
+
+
+# --- the Gearman codec -----------------------------------------------------------------------
+
+GEARMAN_LIMITS = (64, 256, 4096)
+
+
+def gearman_events(stream: bytes, cuts: list[int], max_packet: int) -> list:
+    decoder = GearmanDecoder(max_packet=max_packet)
+    out, pos = [], 0
+    for cut in cuts + [len(stream)]:
+        decoder.receive_data(stream[pos:pos + cut] if cut < len(stream) else stream[pos:])
+        pos = min(len(stream), pos + cut)
+        while (event := decoder.next_event()) is not GEARMAN_NEED_DATA:
+            out.append(event)
+    return out
+
+
+def check_gearman_codec(data: bytes) -> None:
+    """Only events; the same however the stream is cut; every packet re-encodes to itself."""
+    if len(data) < 2:
+        return
+    limit = GEARMAN_LIMITS[data[0] % len(GEARMAN_LIMITS)]
+    ncuts = data[1] % 8
+    cuts = [b + 1 for b in data[2:2 + ncuts]]
+    stream = data[2 + ncuts:]
+    whole = gearman_events(stream, [], limit)
+    assert gearman_events(stream, cuts, limit) == whole
+    for event in whole:
+        assert isinstance(event, (GearmanPacket, GearmanAdminLine, GearmanProtocolError)), event
+        if isinstance(event, GearmanPacket):
+            again = gearman_events(gearman_encode(event.magic, event.type, *event.args), [], limit)
+            assert again == [event]
 
 
 # --- the session loop ------------------------------------------------------------------------
