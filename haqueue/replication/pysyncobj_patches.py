@@ -73,5 +73,5 @@ def install() -> None:
         return original_create_journal(journal_file)
 
     _syncobj_module.createJournal = create_journal
-    wire.install()
+    wire.install(_syncobj_module, pysyncobj.tcp_connection)
     _installed = True

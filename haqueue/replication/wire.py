@@ -39,9 +39,6 @@ import struct
 import time
 import zlib
 
-import haqueue.replication.pysyncobj_patches  # noqa: F401  (imports pysyncobj first, safely)
-import pysyncobj.syncobj as _syncobj_module
-import pysyncobj.tcp_connection as _tcp_connection_module
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -141,7 +138,10 @@ def _get_encryptor(password) -> RaftCipher:
     return RaftCipher(derive_cluster_key(password))
 
 
-def install() -> None:
-    """Route pysyncobj's sealing and packing through this module (idempotent)."""
-    _syncobj_module.getEncryptor = _get_encryptor
-    _tcp_connection_module.zlib = Packing
+def install(syncobj_module, tcp_connection_module) -> None:
+    """Route pysyncobj's sealing and packing through this module (idempotent).
+
+    The modules are passed in by pysyncobj_patches, the one place that
+    imports pysyncobj's internals, so this codec imports no pysyncobj."""
+    syncobj_module.getEncryptor = _get_encryptor
+    tcp_connection_module.zlib = Packing

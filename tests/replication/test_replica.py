@@ -17,7 +17,7 @@ from tests.replication.raft_nodes import free_ports
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
 # Inside the replication package, the modules that touch pysyncobj, each for a reason
 # its docstring gives.
-REACHES_IN = {"pysyncobj_patches.py", "raft_node.py", "wire.py"}
+REACHES_IN = {"pysyncobj_patches.py", "raft_node.py"}
 
 
 def imports_of(path: Path) -> set[str]:
