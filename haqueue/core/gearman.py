@@ -1,0 +1,236 @@
+"""GearmanState: the Gearman job server's queue as a deterministic state machine (issue 13).
+
+What gearmand keeps in one process, kept here in the Raft log's state, so
+that background jobs and their status survive the loss of any node. Pure:
+time is the entry's stamp, connection ids are arguments, no I/O.
+
+Decisions (docs/design.md will carry them when the front end lands):
+- **Its own namespace.** Gearman functions are not beanstalkd tubes. A
+  Gearman client may wait for WORK_COMPLETE, and may share a job with other
+  clients through its unique id; a beanstalkd worker draining the same queue
+  would end such jobs without either. Both protocols ride the same log.
+- **Handles** are "H:haqueue:N" with N from a replicated counter: unique
+  across failovers and restarts (gearmand's include its host and a counter
+  that restarts with the process).
+- **Priorities** high, normal, low, first in first out within each; a job
+  whose worker goes away goes back to the head of its priority (it was the
+  oldest there), as gearmand does.
+- **Unique ids**: a second submission of the same function and unique id
+  while the job exists attaches to it (same handle); a foreground client is
+  then told its result too. An empty unique id never coalesces.
+- **Foreground jobs** are logged like background ones (so a worker can finish
+  them), but their clients' connections belong to the leader: when a client's
+  connection goes (or the leader changes: every connection goes), its queued
+  foreground jobs that no other client waits for are dropped, and running
+  ones finish without anyone to tell. Background jobs always stay.
+- **maxqueue**: a function's queued (not running) jobs are bounded when set;
+  a submission beyond it is refused (QUEUE_FULL), as gearmand answers.
+- **Scheduled jobs** (SUBMIT_JOB_EPOCH / _SCHED) wait until an entry's stamp
+  reaches their time, like beanstalkd's delayed jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+HIGH, NORMAL, LOW = 0, 1, 2
+QUEUED, RUNNING = "queued", "running"
+HANDLE_PREFIX = "H:haqueue:"
+
+NO_JOB = ("NO_JOB",)
+QUEUE_FULL = ("QUEUE_FULL",)
+NOT_FOUND = ("NOT_FOUND",)
+DONE = ("OK",)
+
+
+class GearmanJob:
+    __slots__ = ("handle", "function", "unique", "data", "priority", "background", "state", "worker",
+                 "clients", "numerator", "denominator", "run_at")
+
+    def __init__(self, handle: str, function: str, unique: bytes, data: bytes, priority: int,
+                 background: bool, run_at: int) -> None:
+        self.handle = handle
+        self.function = function
+        self.unique = unique
+        self.data = data
+        self.priority = priority
+        self.background = background
+        self.state = QUEUED
+        self.worker: int | None = None
+        self.clients: list[int] = []  # foreground clients waiting for the result, in order
+        self.numerator = 0
+        self.denominator = 0
+        self.run_at = run_at  # ms; 0: at once
+
+
+class GearmanFunction:
+    __slots__ = ("name", "queues", "running", "max_queue", "queued")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.queues = (deque(), deque(), deque())  # handles by priority, oldest first
+        self.running = 0
+        self.queued = 0
+        self.max_queue = 0  # 0: unlimited
+
+
+class GearmanState:
+    def __init__(self) -> None:
+        self.next_handle = 1
+        self.jobs: dict[str, GearmanJob] = {}
+        self.functions: dict[str, GearmanFunction] = {}
+        self.by_unique: dict[tuple[str, bytes], str] = {}
+        self._scheduled: list[tuple[int, str]] = []  # (run_at, handle) of jobs not yet due
+
+    def _function(self, name: str) -> GearmanFunction:
+        function = self.functions.get(name)
+        if function is None:
+            function = self.functions[name] = GearmanFunction(name)
+        return function
+
+    # ------------------------------------------------------------------ apply
+    def advance(self, now: int) -> None:
+        """Jobs scheduled up to `now` join their queues."""
+        scheduled = self._scheduled
+        while scheduled and scheduled[0][0] <= now:
+            _, handle = heapq.heappop(scheduled)
+            job = self.jobs.get(handle)
+            if job is not None and job.state == QUEUED:
+                self._enqueue(job, at_head=False)
+
+    def submit(self, function: str, unique: bytes, data: bytes, priority: int, background: bool,
+               run_at: int, client: int, now: int) -> tuple:
+        """("CREATED", handle) — the existing job's handle when the unique id matches — or QUEUE_FULL."""
+        self.advance(now)
+        if unique:
+            handle = self.by_unique.get((function, unique))
+            if handle is not None:
+                job = self.jobs[handle]
+                if not background:
+                    job.clients.append(client)
+                return ("CREATED", handle)
+        fn = self._function(function)
+        if fn.max_queue and fn.queued >= fn.max_queue:
+            return QUEUE_FULL
+        handle = f"{HANDLE_PREFIX}{self.next_handle}"
+        self.next_handle += 1
+        job = GearmanJob(handle, function, unique, data, priority, background, run_at)
+        if not background:
+            job.clients.append(client)
+        self.jobs[handle] = job
+        if unique:
+            self.by_unique[(function, unique)] = handle
+        if run_at > now:
+            heapq.heappush(self._scheduled, (run_at, handle))
+            fn.queued += 1  # counted as queued (status shows it), not grabbable yet
+        else:
+            fn.queued += 1
+            fn.queues[priority].append(handle)
+        return ("CREATED", handle)
+
+    def _enqueue(self, job: GearmanJob, at_head: bool) -> None:
+        queue = self.functions[job.function].queues[job.priority]
+        if at_head:
+            queue.appendleft(job.handle)
+        else:
+            queue.append(job.handle)
+
+    def grab(self, worker: int, functions: tuple[str, ...], now: int) -> tuple:
+        """The most urgent job of any function this worker can do: ("ASSIGN", handle,
+        function, unique, data), or NO_JOB. Functions are tried by priority first, then
+        in the worker's order."""
+        self.advance(now)
+        for priority in (HIGH, NORMAL, LOW):
+            for name in functions:
+                fn = self.functions.get(name)
+                if fn is None:
+                    continue
+                queue = fn.queues[priority]
+                while queue:
+                    handle = queue.popleft()
+                    job = self.jobs.get(handle)
+                    if job is None or job.state != QUEUED:
+                        continue  # ended while queued (its clients left)
+                    job.state, job.worker = RUNNING, worker
+                    fn.queued -= 1
+                    fn.running += 1
+                    return ("ASSIGN", handle, job.function, job.unique, job.data)
+        return NO_JOB
+
+    def work_status(self, worker: int, handle: str, numerator: int, denominator: int) -> tuple:
+        job = self._running_for(worker, handle)
+        if job is None:
+            return NOT_FOUND
+        job.numerator, job.denominator = numerator, denominator
+        return ("STATUS", tuple(job.clients))
+
+    def finish(self, worker: int, handle: str) -> tuple:
+        """WORK_COMPLETE, WORK_FAIL, WORK_EXCEPTION: the job ends; ("ENDED", clients to tell)."""
+        job = self._running_for(worker, handle)
+        if job is None:
+            return NOT_FOUND
+        self._remove(job)
+        return ("ENDED", tuple(job.clients))
+
+    def _running_for(self, worker: int, handle: str) -> GearmanJob | None:
+        job = self.jobs.get(handle)
+        if job is None or job.state != RUNNING or job.worker != worker:
+            return None
+        return job
+
+    def _remove(self, job: GearmanJob) -> None:
+        del self.jobs[job.handle]
+        fn = self.functions[job.function]
+        if job.state == RUNNING:
+            fn.running -= 1
+        else:
+            fn.queued -= 1  # its handle stays in the queue and is skipped when reached
+        if job.unique and self.by_unique.get((job.function, job.unique)) == job.handle:
+            del self.by_unique[(job.function, job.unique)]
+
+    def drop_connection(self, conn: int) -> tuple:
+        """A client or worker connection went away: its running jobs go back to the
+        head of their queue; foreground jobs it alone waited for end."""
+        requeued = []
+        for job in sorted(self.jobs.values(), key=_by_number):
+            if conn in job.clients:
+                job.clients = [c for c in job.clients if c != conn]
+                if not job.background and not job.clients and job.state == QUEUED:
+                    self._remove(job)
+                    continue
+            if job.state == RUNNING and job.worker == conn:
+                fn = self.functions[job.function]
+                fn.running -= 1
+                if not job.background and not job.clients:
+                    del self.jobs[job.handle]
+                    if job.unique and self.by_unique.get((job.function, job.unique)) == job.handle:
+                        del self.by_unique[(job.function, job.unique)]
+                    continue
+                job.state, job.worker = QUEUED, None
+                fn.queued += 1
+                requeued.append(job)
+        for job in reversed(requeued):  # oldest ends up first
+            self._enqueue(job, at_head=True)
+        return DONE
+
+    def set_max_queue(self, function: str, size: int) -> tuple:
+        self._function(function).max_queue = max(0, size)
+        return DONE
+
+    # ------------------------------------------------------------------ reads
+    def status(self, handle: str) -> tuple[bool, bool, int, int]:
+        """GET_STATUS: (known, running, numerator, denominator)."""
+        job = self.jobs.get(handle)
+        if job is None:
+            return (False, False, 0, 0)
+        return (True, job.state == RUNNING, job.numerator, job.denominator)
+
+    def function_counts(self) -> list[tuple[str, int, int]]:
+        """The admin `status` lines' first columns: (function, total, running), by name."""
+        return [(fn.name, fn.queued + fn.running, fn.running) for fn in sorted(self.functions.values(),
+                                                                                 key=lambda f: f.name)]
+
+
+def _by_number(job: GearmanJob) -> int:
+    return int(job.handle[len(HANDLE_PREFIX):])
