@@ -32,7 +32,9 @@ from collections import OrderedDict
 
 from haqueue.core import commands as C
 from haqueue.core import job as J
+from haqueue.core import results as R
 from haqueue.core.effects import Applied, Effects
+from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND, Tag
 from haqueue.core.ids import IdState
 from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
                               tallies)
@@ -43,17 +45,6 @@ from haqueue.core.tube import Tube, compact
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
 SNAPSHOT_FORMAT_VERSION = 3
 
-# Results are small tuples whose first element names the protocol reply.
-NOT_FOUND = ("NOT_FOUND",)
-DELETED_R = ("DELETED",)
-RELEASED_R = ("RELEASED",)
-BURIED_R = ("BURIED",)
-TOUCHED_R = ("TOUCHED",)
-PAUSED_R = ("PAUSED",)
-KICKED_R = ("KICKED",)
-NO_JOB = ("NO_JOB",)  # reserve found nothing ready: the session waits
-DONE = ("OK",)  # internal commands (tick, drop-conn, …)
-INTERNAL_ERROR = ("INTERNAL_ERROR",)
 
 
 class QueueState:
@@ -254,7 +245,7 @@ class QueueState:
         heapq.heappush(ttrs, entry)
         if len(ttrs) > 2 * self.reserved_count + 64:
             compact(ttrs)
-        return ("RESERVED", job.id, job.body)
+        return (Tag.RESERVED, job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
         conn = job.entry[3]
@@ -310,7 +301,7 @@ class QueueState:
         else:  # the common case, inlined
             tube.push_ready(job)
             self._woken.add(tube_name)
-        return ("INSERTED", job_id)
+        return (Tag.INSERTED, job_id)
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
         _, conn, tube_names = cmd
@@ -358,7 +349,7 @@ class QueueState:
         tube.cmd_delete += 1
         if tube.job_count == 0:
             self._emptied.add(tube.name)
-        return DELETED_R
+        return R.DELETED
 
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
@@ -373,7 +364,7 @@ class QueueState:
         job.delay = self._ints[delay]
         job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
-        return RELEASED_R
+        return R.RELEASED
 
     def _bury(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri = cmd
@@ -386,7 +377,7 @@ class QueueState:
         job.pri = self._ints[pri]
         job.tallies += J.BURY
         job.tube.push_buried(job)
-        return BURIED_R
+        return R.BURIED
 
     def _touch(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
@@ -402,7 +393,7 @@ class QueueState:
             heapq.heappush(ttrs, entry)
             if len(ttrs) > 2 * self.reserved_count + 64:
                 compact(ttrs)
-        return TOUCHED_R
+        return R.TOUCHED
 
     def _kick_one(self, job: Job) -> None:
         self._take_out(job)
@@ -428,7 +419,7 @@ class QueueState:
                         break
                     self._kick_one(job)
                     kicked += 1
-        return ("KICKED", kicked)
+        return (Tag.KICKED, kicked)
 
     def _kick_job(self, cmd: tuple, now: int) -> tuple:
         _, job_id = cmd
@@ -438,7 +429,7 @@ class QueueState:
         if job is None or job.state not in (BURIED, DELAYED):
             return NOT_FOUND
         self._kick_one(job)
-        return KICKED_R
+        return R.KICKED
 
     def _pause_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, delay = cmd
@@ -453,7 +444,7 @@ class QueueState:
             tube.unpause_at = 0
             if tube.ready_count:
                 self._woken.add(tube.name)
-            return PAUSED_R
+            return R.PAUSED
         unpause_at = now + delay
         fresh = not (tube.pause and tube.unpause_at == unpause_at)  # else its entry stands
         tube.pause = delay
@@ -465,14 +456,14 @@ class QueueState:
                 # Rebuilt from the tubes: (time, name) keys can repeat.
                 pauses[:] = [(t.unpause_at, t.name) for t in self.tubes.values() if t.pause]
                 heapq.heapify(pauses)
-        return PAUSED_R
+        return R.PAUSED
 
     def _drop_conn(self, cmd: tuple, now: int) -> tuple:
         _, conn = cmd
         if type(conn) is not int:
             return self._malformed()
         self._requeue_reservations([conn])
-        return DONE
+        return R.DONE
 
     def _release_orphans(self, cmd: tuple, now: int) -> tuple:
         if len(cmd) == 2:
@@ -488,7 +479,7 @@ class QueueState:
         if epoch > self.conn_epoch_floor:
             self.conn_epoch_floor = epoch
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
-        return DONE
+        return R.DONE
 
     def _requeue_reservations(self, conns: list[int]) -> None:
         # As beanstalkd's enqueue_reserved_jobs on connection close: back to
@@ -520,12 +511,12 @@ class QueueState:
             # Cut it, and let the stale ready keys go too.
             tube.ready.clear()
             tube.delayed.clear()
-        return DONE
+        return R.DONE
 
     def _tick(self, cmd: tuple, now: int) -> tuple:
         if len(cmd) != 1:
             return self._malformed()
-        return DONE
+        return R.DONE
 
     # ------------------------------------------------------------------
     # read-only queries

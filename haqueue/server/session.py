@@ -45,6 +45,7 @@ from functools import partial
 from time import perf_counter
 
 from haqueue.core import commands as C
+from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
@@ -371,10 +372,10 @@ class Session(asyncio.Protocol):
             return
         reply = slot[0] = reply_for(result)
         self.held_bytes += len(reply)
-        if result[0] == "RESERVED":
+        if result[0] == Tag.RESERVED:
             self.is_worker = True  # reserve-job: beanstalkd counts a worker on success only
             self.needs_lease = True
-        elif result[0] == "TOUCHED":
+        elif result[0] == Tag.TOUCHED:
             self.needs_lease = True
         self.server.dirty.add(self)
         if self.in_flight == 0 and self.blocked_on_writes:
@@ -657,7 +658,7 @@ class Session(asyncio.Protocol):
         if result is None:
             self.abort()
             return
-        if result[0] == "RESERVED":
+        if result[0] == Tag.RESERVED:
             self.needs_lease = True
             self._finish_reserve(reply_for(result))
         else:  # someone else took it first: wait on

@@ -12,7 +12,8 @@ import pytest
 
 from haqueue.core import commands as C
 from haqueue.core.job import MIN_TTR_MS, SHARED_INTS_LIMIT
-from haqueue.core.state import INTERNAL_ERROR, NO_JOB, NOT_FOUND, QueueState
+from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND
+from haqueue.core.state import QueueState
 
 from .helpers import (
     BODY,
