@@ -38,7 +38,7 @@ from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND, Tag
 from haqueue.core.ids import IdState
 from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
                               tallies)
-from haqueue.core.tube import Tube, compact
+from haqueue.core.tube import Tube, compact, overgrown
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
@@ -224,7 +224,7 @@ class QueueState:
             delays = self._delays
             heapq.heappush(delays, job.tube.push_delayed(job, now + delay))
             self._delayed_count += 1
-            if len(delays) > 2 * self._delayed_count + 64:
+            if overgrown(delays, self._delayed_count):
                 compact(delays)
         else:
             job.tube.push_ready(job)
@@ -243,7 +243,7 @@ class QueueState:
         job.entry = entry = (deadline, job.id, job, conn)
         ttrs = self._ttrs
         heapq.heappush(ttrs, entry)
-        if len(ttrs) > 2 * self.reserved_count + 64:
+        if overgrown(ttrs, self.reserved_count):
             compact(ttrs)
         return (Tag.RESERVED, job.id, job.body)
 
@@ -257,7 +257,7 @@ class QueueState:
         job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
-        if len(self._ttrs) > 2 * self.reserved_count + 64:
+        if overgrown(self._ttrs, self.reserved_count):
             compact(self._ttrs)  # in place: advance() may be popping it
 
     def _take_out(self, job: Job) -> None:
@@ -269,7 +269,7 @@ class QueueState:
         elif state == DELAYED:
             tube.unlink_delayed(job)
             self._delayed_count -= 1
-            if len(self._delays) > 2 * self._delayed_count + 64:
+            if overgrown(self._delays, self._delayed_count):
                 compact(self._delays)
         elif state == BURIED:
             del tube.buried[job.id]
@@ -391,7 +391,7 @@ class QueueState:
             job.entry = entry = (deadline, job_id, job, conn)
             ttrs = self._ttrs
             heapq.heappush(ttrs, entry)
-            if len(ttrs) > 2 * self.reserved_count + 64:
+            if overgrown(ttrs, self.reserved_count):
                 compact(ttrs)
         return R.TOUCHED
 
@@ -452,7 +452,7 @@ class QueueState:
         if fresh:
             pauses = self._pauses
             heapq.heappush(pauses, (unpause_at, tube_name))
-            if len(pauses) > 2 * len(self.tubes) + 64:
+            if overgrown(pauses, len(self.tubes)):
                 # Rebuilt from the tubes: (time, name) keys can repeat.
                 pauses[:] = [(t.unpause_at, t.name) for t in self.tubes.values() if t.pause]
                 heapq.heapify(pauses)
