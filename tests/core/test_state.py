@@ -963,12 +963,11 @@ def test_reserves_from_connections_of_an_older_epoch_take_nothing(state):
     assert one(state, T0, reserve(new)) == ("RESERVED", 1, BODY)
 
 
-def test_apply_of_one_command_follows_the_same_rules_as_a_batch(state):
+def test_a_bad_command_is_refused_alone_and_the_batch_goes_on(state):
     run(state, T0, put())
-    assert state.apply(reserve(1), state.now) == ("RESERVED", 1, BODY)
-    assert state.apply((99,), state.now) == INTERNAL_ERROR
-    assert state.apply((C.PUT, "default", "1", 0, 1000, b"x"), state.now) == INTERNAL_ERROR
-    assert state.internal_errors == 2
+    results = state.apply_batch(T0, [(99,), (C.PUT, "default", "1", 0, 1000, b"x"), reserve(1), ()]).results
+    assert results == [INTERNAL_ERROR, INTERNAL_ERROR, ("RESERVED", 1, BODY), INTERNAL_ERROR]
+    assert state.internal_errors == 3
     assert state.next_id == 2
 
 
