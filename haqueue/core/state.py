@@ -521,6 +521,31 @@ class QueueState:
             return None
         return min(job.deadline for job in held.values())
 
+    def job(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    # peek-ready, peek-delayed, peek-buried: the next job of each queue of a tube
+    # (dropping stale heap entries on the way, which changes nothing replicated).
+    def peek_ready(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_ready() if tube is not None else None
+
+    def peek_delayed(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_delayed() if tube is not None else None
+
+    def peek_buried(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_buried() if tube is not None else None
+
+    def reservable(self, tube_name: str, now: int) -> int:
+        """How many jobs a reserve could take from this tube at `now`: its ready
+        jobs, none while it is paused."""
+        tube = self.tubes.get(tube_name)
+        if tube is None or tube.paused(now):
+            return 0
+        return tube.ready_count
+
     def has_ready(self, tube_names, now: int) -> bool:
         tubes = self.tubes
         for name in tube_names:

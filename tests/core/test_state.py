@@ -980,3 +980,18 @@ def test_id_reservations_ride_the_log_and_the_snapshot():
     assert restored.digest() == state.digest()
     assert run(restored, T0 + 1, (C.ID_RESERVE, "counter", "app", 1)) == \
         run(state, T0 + 1, (C.ID_RESERVE, "counter", "app", 1))
+
+
+def test_the_read_queries_name_the_next_job_of_each_queue_and_what_a_reserve_could_take(state):
+    run(state, T0, put(pri=5), put(pri=1), put(delay=5000), put(), put(tube="other"))
+    run(state, T0, reserve(1), bury(1, 2))
+    assert state.job(1).id == 1 and state.job(99) is None
+    assert state.peek_ready("default").id == 1  # job 2, the more urgent, is buried
+    assert state.peek_delayed("default").id == 3
+    assert state.peek_buried("default").id == 2
+    assert state.peek_ready("nowhere") is state.peek_delayed("nowhere") is state.peek_buried("nowhere") is None
+    assert state.reservable("default", T0) == 2
+    run(state, T0, pause("default", 1000))
+    assert state.reservable("default", T0) == 0
+    assert state.reservable("default", T0 + 1000) == 2
+    assert state.reservable("other", T0) == 1 and state.reservable("nowhere", T0) == 0
