@@ -9,7 +9,7 @@ paused tubes whose pause ended resume. Time never runs backwards here: a new
 leader whose clock is behind the old one's is clamped to the last stamp seen,
 so deadlines can fire late by the skew but never twice.
 
-Rules (design.md I2, I4, I6):
+Rules (docs/design.md I2, I4, I6):
 - No clock, randomness, I/O or node identity: same log, same state.
 - Every client mistake is a result, never an exception (an exception inside
   a replicated method stalls pysyncobj's apply loop forever).

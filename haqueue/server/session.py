@@ -5,7 +5,7 @@ into `queue` and are processed strictly in order. Replies go into `slots`, one
 per command, and leave in order: a state-changing command takes a slot and is
 submitted to the group-commit batcher at once, so a client pipelining a
 window of puts has them all in flight; its slot fills when the entry is
-committed and applied (design.md I1). A command that reads replicated state
+committed and applied (docs/design.md I1). A command that reads replicated state
 waits until this connection's earlier writes are answered, so it sees them.
 A reserve holds the pipeline until it is answered, as in beanstalkd.
 
