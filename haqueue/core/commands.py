@@ -2,7 +2,7 @@
 
 A log entry is one *batch*: the leader's wall-clock stamp (integer ms) and the
 state-changing commands that arrived while the previous entry was in flight
-(group commit, design.md "Throughput"). Each command is a plain tuple whose
+(group commit, docs/design.md "Throughput"). Each command is a plain tuple whose
 first element is an opcode below; arguments are ints, strs and bytes only, so
 an entry serializes compactly and identically on every node.
 

@@ -23,5 +23,3 @@ class Applied(NamedTuple):
     results: list[tuple]  # one per command of the entry, in order
     effects: Effects
 
-
-NO_EFFECTS = Effects(frozenset(), frozenset(), None)

@@ -31,14 +31,12 @@ import hashlib
 import pickle
 
 from haqueue.core.idrules import IdRule, RuleError, seed_rules
+from haqueue.core.results import BAD_ARGUMENTS, TOO_MANY_APPS, UNKNOWN_RULE, Tag
 
 IDS_FORMAT_VERSION = 1
 MAX_APPS_PER_RULE = 10_000
 MAX_RESERVE = 1_000  # values one reservation may take
 
-UNKNOWN_RULE = ("UNKNOWN_RULE",)
-TOO_MANY_APPS = ("TOO_MANY_APPS",)
-BAD_ARGUMENTS = ("BAD_ARGUMENTS",)
 
 _CYCLE, _HIGH, _LAST = 0, 1, 2  # a counter: [cycle, highest value handed out, last time (ms)]
 
@@ -61,8 +59,8 @@ class IdState:
 
     # ------------------------------------------------------------------ apply
     def reserve(self, rule_name: str, app: str, n: int, stamp: int) -> tuple:
-        """Hand out up to n values: ("RESERVED", first, count, step, now_ms),
-        ("EXHAUSTED", cycle_end_ms), UNKNOWN_RULE or TOO_MANY_APPS."""
+        """Hand out up to n values: (RESERVED, first, count, step, now_ms),
+        (EXHAUSTED, cycle_end_ms), UNKNOWN_RULE, TOO_MANY_APPS or BAD_ARGUMENTS (core/results.py)."""
         if (type(rule_name) is not str or type(app) is not str or type(n) is not int
                 or type(stamp) is not int or not 1 <= n <= MAX_RESERVE):
             return BAD_ARGUMENTS
@@ -84,11 +82,11 @@ class IdState:
         step = self.step
         available = (rule.max_counter - counter[_HIGH]) // step
         if available <= 0:
-            return ("EXHAUSTED", rule.cycle_end_ms(cycle))
+            return (Tag.EXHAUSTED, rule.cycle_end_ms(cycle))
         count = min(n, available)
         first = counter[_HIGH] + step
         counter[_HIGH] += count * step
-        return ("RESERVED", first, count, step, now)
+        return (Tag.RESERVED, first, count, step, now)
 
     # ------------------------------------------------------------------ reads
     def monitor(self, rule_name: str, app: str) -> dict | None:

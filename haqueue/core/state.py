@@ -9,7 +9,7 @@ paused tubes whose pause ended resume. Time never runs backwards here: a new
 leader whose clock is behind the old one's is clamped to the last stamp seen,
 so deadlines can fire late by the skew but never twice.
 
-Rules (design.md I2, I4, I6):
+Rules (docs/design.md I2, I4, I6):
 - No clock, randomness, I/O or node identity: same log, same state.
 - Every client mistake is a result, never an exception (an exception inside
   a replicated method stalls pysyncobj's apply loop forever).
@@ -32,28 +32,19 @@ from collections import OrderedDict
 
 from haqueue.core import commands as C
 from haqueue.core import job as J
+from haqueue.core import results as R
 from haqueue.core.effects import Applied, Effects
+from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND, Tag
 from haqueue.core.ids import IdState
 from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
                               tallies)
-from haqueue.core.tube import Tube, compact
+from haqueue.core.tube import Tube, compact, overgrown
 
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
 SNAPSHOT_FORMAT_VERSION = 3
 
-# Results are small tuples whose first element names the protocol reply.
-NOT_FOUND = ("NOT_FOUND",)
-DELETED_R = ("DELETED",)
-RELEASED_R = ("RELEASED",)
-BURIED_R = ("BURIED",)
-TOUCHED_R = ("TOUCHED",)
-PAUSED_R = ("PAUSED",)
-KICKED_R = ("KICKED",)
-NO_JOB = ("NO_JOB",)  # reserve found nothing ready: the session waits
-DONE = ("OK",)  # internal commands (tick, drop-conn, …)
-INTERNAL_ERROR = ("INTERNAL_ERROR",)
 
 
 class QueueState:
@@ -115,32 +106,19 @@ class QueueState:
         handlers = _HANDLERS
         results = []
         append = results.append
-        # apply() inlined: one Python call less per command on the hot path.
         for cmd in commands:
             try:
                 result = handlers[cmd[0]](self, cmd, now)
-            except Exception:  # as in apply(): a bug, counted, state intact
+            except Exception:
+                # An unknown opcode, a command of the wrong arity, or a bug:
+                # every node hits it at the same entry, so state stays
+                # identical; the count makes tests fail loudly. Handlers check
+                # their arguments' types before changing anything, so a wrong
+                # one cannot leave a command half applied.
                 self.internal_errors += 1
                 result = INTERNAL_ERROR
             append(result)
         return results
-
-    def apply(self, cmd: tuple, now: int) -> tuple:
-        """Apply one command at `now` (already advanced). Never raises for input."""
-        try:
-            handler = _HANDLERS[cmd[0]]
-        except (KeyError, IndexError, TypeError):
-            self.internal_errors += 1
-            return INTERNAL_ERROR
-        try:
-            return handler(self, cmd, now)
-        except Exception:
-            # A bug, not bad input: every node hits it at the same entry, so
-            # state stays identical; the count makes tests fail loudly.
-            # Handlers check their arguments' types before changing anything,
-            # so a wrong one cannot leave a command half applied.
-            self.internal_errors += 1
-            return INTERNAL_ERROR
 
     def _malformed(self) -> tuple:
         """A command no server should send (wrong types): counted, refused."""
@@ -233,7 +211,7 @@ class QueueState:
             delays = self._delays
             heapq.heappush(delays, job.tube.push_delayed(job, now + delay))
             self._delayed_count += 1
-            if len(delays) > 2 * self._delayed_count + 64:
+            if overgrown(delays, self._delayed_count):
                 compact(delays)
         else:
             job.tube.push_ready(job)
@@ -252,9 +230,9 @@ class QueueState:
         job.entry = entry = (deadline, job.id, job, conn)
         ttrs = self._ttrs
         heapq.heappush(ttrs, entry)
-        if len(ttrs) > 2 * self.reserved_count + 64:
+        if overgrown(ttrs, self.reserved_count):
             compact(ttrs)
-        return ("RESERVED", job.id, job.body)
+        return (Tag.RESERVED, job.id, job.body)
 
     def _unreserve(self, job: Job) -> None:
         conn = job.entry[3]
@@ -266,7 +244,7 @@ class QueueState:
         job.entry = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
-        if len(self._ttrs) > 2 * self.reserved_count + 64:
+        if overgrown(self._ttrs, self.reserved_count):
             compact(self._ttrs)  # in place: advance() may be popping it
 
     def _take_out(self, job: Job) -> None:
@@ -278,7 +256,7 @@ class QueueState:
         elif state == DELAYED:
             tube.unlink_delayed(job)
             self._delayed_count -= 1
-            if len(self._delays) > 2 * self._delayed_count + 64:
+            if overgrown(self._delays, self._delayed_count):
                 compact(self._delays)
         elif state == BURIED:
             del tube.buried[job.id]
@@ -310,7 +288,7 @@ class QueueState:
         else:  # the common case, inlined
             tube.push_ready(job)
             self._woken.add(tube_name)
-        return ("INSERTED", job_id)
+        return (Tag.INSERTED, job_id)
 
     def _reserve_cmd(self, cmd: tuple, now: int) -> tuple:
         _, conn, tube_names = cmd
@@ -358,7 +336,7 @@ class QueueState:
         tube.cmd_delete += 1
         if tube.job_count == 0:
             self._emptied.add(tube.name)
-        return DELETED_R
+        return R.DELETED
 
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
@@ -373,7 +351,7 @@ class QueueState:
         job.delay = self._ints[delay]
         job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
-        return RELEASED_R
+        return R.RELEASED
 
     def _bury(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri = cmd
@@ -386,7 +364,7 @@ class QueueState:
         job.pri = self._ints[pri]
         job.tallies += J.BURY
         job.tube.push_buried(job)
-        return BURIED_R
+        return R.BURIED
 
     def _touch(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id = cmd
@@ -400,9 +378,9 @@ class QueueState:
             job.entry = entry = (deadline, job_id, job, conn)
             ttrs = self._ttrs
             heapq.heappush(ttrs, entry)
-            if len(ttrs) > 2 * self.reserved_count + 64:
+            if overgrown(ttrs, self.reserved_count):
                 compact(ttrs)
-        return TOUCHED_R
+        return R.TOUCHED
 
     def _kick_one(self, job: Job) -> None:
         self._take_out(job)
@@ -428,7 +406,7 @@ class QueueState:
                         break
                     self._kick_one(job)
                     kicked += 1
-        return ("KICKED", kicked)
+        return (Tag.KICKED, kicked)
 
     def _kick_job(self, cmd: tuple, now: int) -> tuple:
         _, job_id = cmd
@@ -438,7 +416,7 @@ class QueueState:
         if job is None or job.state not in (BURIED, DELAYED):
             return NOT_FOUND
         self._kick_one(job)
-        return KICKED_R
+        return R.KICKED
 
     def _pause_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name, delay = cmd
@@ -453,7 +431,7 @@ class QueueState:
             tube.unpause_at = 0
             if tube.ready_count:
                 self._woken.add(tube.name)
-            return PAUSED_R
+            return R.PAUSED
         unpause_at = now + delay
         fresh = not (tube.pause and tube.unpause_at == unpause_at)  # else its entry stands
         tube.pause = delay
@@ -461,18 +439,18 @@ class QueueState:
         if fresh:
             pauses = self._pauses
             heapq.heappush(pauses, (unpause_at, tube_name))
-            if len(pauses) > 2 * len(self.tubes) + 64:
+            if overgrown(pauses, len(self.tubes)):
                 # Rebuilt from the tubes: (time, name) keys can repeat.
                 pauses[:] = [(t.unpause_at, t.name) for t in self.tubes.values() if t.pause]
                 heapq.heapify(pauses)
-        return PAUSED_R
+        return R.PAUSED
 
     def _drop_conn(self, cmd: tuple, now: int) -> tuple:
         _, conn = cmd
         if type(conn) is not int:
             return self._malformed()
         self._requeue_reservations([conn])
-        return DONE
+        return R.DONE
 
     def _release_orphans(self, cmd: tuple, now: int) -> tuple:
         if len(cmd) == 2:
@@ -488,7 +466,7 @@ class QueueState:
         if epoch > self.conn_epoch_floor:
             self.conn_epoch_floor = epoch
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
-        return DONE
+        return R.DONE
 
     def _requeue_reservations(self, conns: list[int]) -> None:
         # As beanstalkd's enqueue_reserved_jobs on connection close: back to
@@ -520,12 +498,12 @@ class QueueState:
             # Cut it, and let the stale ready keys go too.
             tube.ready.clear()
             tube.delayed.clear()
-        return DONE
+        return R.DONE
 
     def _tick(self, cmd: tuple, now: int) -> tuple:
         if len(cmd) != 1:
             return self._malformed()
-        return DONE
+        return R.DONE
 
     # ------------------------------------------------------------------
     # read-only queries
@@ -542,6 +520,31 @@ class QueueState:
         if not held:
             return None
         return min(job.deadline for job in held.values())
+
+    def job(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    # peek-ready, peek-delayed, peek-buried: the next job of each queue of a tube
+    # (dropping stale heap entries on the way, which changes nothing replicated).
+    def peek_ready(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_ready() if tube is not None else None
+
+    def peek_delayed(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_delayed() if tube is not None else None
+
+    def peek_buried(self, tube_name: str) -> Job | None:
+        tube = self.tubes.get(tube_name)
+        return tube.peek_buried() if tube is not None else None
+
+    def reservable(self, tube_name: str, now: int) -> int:
+        """How many jobs a reserve could take from this tube at `now`: its ready
+        jobs, none while it is paused."""
+        tube = self.tubes.get(tube_name)
+        if tube is None or tube.paused(now):
+            return 0
+        return tube.ready_count
 
     def has_ready(self, tube_names, now: int) -> bool:
         tubes = self.tubes

@@ -79,7 +79,7 @@ class Tube:
         self.ready_count += 1
         if pri < URGENT_THRESHOLD:
             self.urgent_count += 1
-        if len(self.ready) > 2 * self.ready_count + 64:
+        if overgrown(self.ready, self.ready_count):
             self._compact_ready()
 
     def peek_ready(self) -> Job | None:
@@ -108,7 +108,7 @@ class Tube:
             self.urgent_count -= 1
         # Also here, not only on push: deleted jobs' entries must not wait for
         # the next put to be let go.
-        if len(self.ready) > 2 * self.ready_count + 64:
+        if overgrown(self.ready, self.ready_count):
             self._compact_ready()
 
     # delayed -----------------------------------------------------------
@@ -118,7 +118,7 @@ class Tube:
         job.entry = entry = (deadline, job.id, job)
         heapq.heappush(self.delayed, entry)
         self.delayed_count += 1
-        if len(self.delayed) > 2 * self.delayed_count + 64:
+        if overgrown(self.delayed, self.delayed_count):
             compact(self.delayed)
         return entry
 
@@ -129,7 +129,7 @@ class Tube:
         """Account for a delayed job leaving the queue; its heap entry goes stale."""
         job.entry = None
         self.delayed_count -= 1
-        if len(self.delayed) > 2 * self.delayed_count + 64:
+        if overgrown(self.delayed, self.delayed_count):
             compact(self.delayed)
 
     # buried ------------------------------------------------------------
@@ -145,6 +145,14 @@ class Tube:
 
     def paused(self, now: int) -> bool:
         return self.pause > 0 and now < self.unpause_at
+
+
+def overgrown(heap: list, live: int) -> bool:
+    """The compaction rule for a lazily cleaned heap holding `live` live entries:
+    filter it once its stale entries outnumber the live ones (the 64 spares small
+    heaps the work). Memory stays within about twice the live entries, and each
+    filtering is paid for by the stale entries that accumulated since the last."""
+    return len(heap) > 2 * live + 64
 
 
 def compact(heap: list[tuple[int, int, Job]]) -> None:

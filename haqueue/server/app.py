@@ -366,6 +366,11 @@ class QueueServer:
             log.info("stopped serving clients")
 
     # ------------------------------------------------------------- sessions
+    # (Session's host: every method and attribute a Session uses is listed in host.SessionHost.)
+    def session_opened(self, session: Session) -> None:
+        self.sessions.add(session)
+        self.counters.total_connections += 1
+
     def session_closed(self, session: Session) -> None:
         self.sessions.discard(session)
         self.waiters.pop(session, None)
@@ -399,6 +404,12 @@ class QueueServer:
             else:
                 session.pump()
             self.dirty.add(session)
+
+    def defer_until_drops_applied(self, session: Session) -> bool:
+        if not self.drops_pending:
+            return False
+        self.reads_after_drops.add(session)  # _drop_done goes on with it
+        return True
 
     def unref_tube(self, name: str) -> None:
         with self.state_lock:
@@ -447,13 +458,13 @@ class QueueServer:
         with self.state_lock:
             # Only the tubes someone waits on: this runs after every entry that
             # made a job ready, and a node may hold far more tubes than waiters watch.
-            tubes = self.state.tubes
+            state = self.state
             available = {}
             for session in self.waiters:
                 for name in session.watch:
-                    tube = tubes.get(name)
-                    if tube is not None and tube.ready_count and not tube.paused(now):
-                        available[name] = tube.ready_count
+                    count = state.reservable(name, now)
+                    if count:
+                        available[name] = count
             candidates = self._claim(available)
         for session in candidates:
             session.try_reserve()

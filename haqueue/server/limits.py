@@ -1,7 +1,7 @@
 """What one node lets its clients hold: connections, tubes, buffers, memory.
 
 A careless or hostile client must not exhaust a node's memory or starve the
-others (design.md I8). This module owns the numbers and the few pieces of
+others (docs/design.md I8). This module owns the numbers and the few pieces of
 plumbing that enforce them outside a connection: the file-descriptor limit
 that makes `max_connections` possible, and the resident-memory gauge behind
 `max_memory`. The per-connection flow control that uses the buffer bounds

@@ -5,7 +5,7 @@ into `queue` and are processed strictly in order. Replies go into `slots`, one
 per command, and leave in order: a state-changing command takes a slot and is
 submitted to the group-commit batcher at once, so a client pipelining a
 window of puts has them all in flight; its slot fills when the entry is
-committed and applied (design.md I1). A command that reads replicated state
+committed and applied (docs/design.md I1). A command that reads replicated state
 waits until this connection's earlier writes are answered, so it sees them.
 A reserve holds the pipeline until it is answered, as in beanstalkd.
 
@@ -23,7 +23,9 @@ goes on; while a write waits for Raft, its next turn also waits for that
 (turns.py), so that Raft's thread gets the interpreter lock.
 
 use, watch and ignore change only this connection (not logged). Tube
-references are counted in the server's TubeDirectory.
+references are counted in the server's TubeDirectory. A session knows its
+server only as a SessionHost (host.py), and reads the replicated state only
+through QueueState's query methods.
 
 If an entry's outcome is unknown (leadership lost), the connection is closed
 without a reply: a reply must never claim success or failure for a change
@@ -45,9 +47,11 @@ from functools import partial
 from time import perf_counter
 
 from haqueue.core import commands as C
+from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
+from haqueue.server.host import SessionHost
 from haqueue.server.limits import (
     COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
     OUTPUT_LOW, TURN_SECONDS,
@@ -78,7 +82,7 @@ _KIND = {
 
 
 class Session(asyncio.Protocol):
-    def __init__(self, server, conn_id: int) -> None:
+    def __init__(self, server: SessionHost, conn_id: int) -> None:
         self.server = server
         self.conn_id = conn_id
         self.parser = P.BeanstalkParser(server.max_job_size)
@@ -118,8 +122,7 @@ class Session(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=OUTPUT_HIGH, low=OUTPUT_LOW)
         server = self.server
-        server.sessions.add(self)
-        server.counters.total_connections += 1
+        server.session_opened(self)
         directory = server.directory
         directory.ref(DEFAULT_TUBE)
         directory.count_use(DEFAULT_TUBE, 1)
@@ -302,8 +305,7 @@ class Session(asyncio.Protocol):
                 if self.in_flight:
                     self.blocked_on_writes = True
                     break
-                if self.server.drops_pending:
-                    self.server.reads_after_drops.add(self)  # pumped again when they are applied
+                if self.server.defer_until_drops_applied(self):  # pumped again when they are applied
                     break
                 if not self.server.replica.read_lease_valid():
                     # Possibly no longer the leader (just resumed, or cut off):
@@ -371,10 +373,10 @@ class Session(asyncio.Protocol):
             return
         reply = slot[0] = reply_for(result)
         self.held_bytes += len(reply)
-        if result[0] == "RESERVED":
+        if result[0] == Tag.RESERVED:
             self.is_worker = True  # reserve-job: beanstalkd counts a worker on success only
             self.needs_lease = True
-        elif result[0] == "TOUCHED":
+        elif result[0] == Tag.TOUCHED:
             self.needs_lease = True
         self.server.dirty.add(self)
         if self.in_flight == 0 and self.blocked_on_writes:
@@ -443,28 +445,27 @@ class Session(asyncio.Protocol):
     def _peek(self, args) -> None:
         server = self.server
         with server.state_lock:
-            self._peek_reply(server.state.jobs.get(args[0]))
-
-    def _peek_in_used(self, which: str) -> None:
-        server = self.server
-        with server.state_lock:
-            tube = server.state.tubes.get(self.use)
-            job = getattr(tube, which)() if tube is not None else None
-            self._peek_reply(job)
+            self._peek_reply(server.state.job(args[0]))
 
     def _peek_ready(self, args) -> None:
-        self._peek_in_used("peek_ready")
+        server = self.server
+        with server.state_lock:
+            self._peek_reply(server.state.peek_ready(self.use))
 
     def _peek_delayed(self, args) -> None:
-        self._peek_in_used("peek_delayed")
+        server = self.server
+        with server.state_lock:
+            self._peek_reply(server.state.peek_delayed(self.use))
 
     def _peek_buried(self, args) -> None:
-        self._peek_in_used("peek_buried")
+        server = self.server
+        with server.state_lock:
+            self._peek_reply(server.state.peek_buried(self.use))
 
     def _stats_job(self, args) -> None:
         server = self.server
         with server.state_lock:
-            job = server.state.jobs.get(args[0])
+            job = server.state.job(args[0])
             if job is None:
                 self._reply(P.NOT_FOUND)
                 return
@@ -588,12 +589,11 @@ class Session(asyncio.Protocol):
             state = server.state
             ready = state.has_ready(self.watch, now)
             soonest = state.soonest_reservation_deadline(self.conn_id)
-        if not ready and server.drops_pending:
+        if not ready and server.defer_until_drops_applied(self):
             # A connection closed a moment ago and its reservations are on
             # their way back to ready (DROP_CONN in flight): beanstalkd would
             # already have them, so decide (TIMED_OUT, DEADLINE_SOON, wait)
             # once they are applied (QueueServer._drop_done tries again).
-            server.reads_after_drops.add(self)
             return False
         # A deadline is stored up to STAMP_RESOLUTION_MS after the moment the
         # client's time-to-run ends (timers.deadline_ms), so that it never
@@ -657,7 +657,7 @@ class Session(asyncio.Protocol):
         if result is None:
             self.abort()
             return
-        if result[0] == "RESERVED":
+        if result[0] == Tag.RESERVED:
             self.needs_lease = True
             self._finish_reserve(reply_for(result))
         else:  # someone else took it first: wait on

@@ -1,4 +1,4 @@
-"""The core reads no clock, no randomness, no network, no disk (design.md I2).
+"""The core reads no clock, no randomness, no network, no disk (docs/design.md I2).
 
 Checked on the source with `ast`, so an import hidden inside a function (or
 `__import__`/`importlib`) is caught as well as one at the top of a module.

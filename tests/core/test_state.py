@@ -12,7 +12,8 @@ import pytest
 
 from haqueue.core import commands as C
 from haqueue.core.job import MIN_TTR_MS, SHARED_INTS_LIMIT
-from haqueue.core.state import INTERNAL_ERROR, NO_JOB, NOT_FOUND, QueueState
+from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND
+from haqueue.core.state import QueueState
 
 from .helpers import (
     BODY,
@@ -962,12 +963,11 @@ def test_reserves_from_connections_of_an_older_epoch_take_nothing(state):
     assert one(state, T0, reserve(new)) == ("RESERVED", 1, BODY)
 
 
-def test_apply_of_one_command_follows_the_same_rules_as_a_batch(state):
+def test_a_bad_command_is_refused_alone_and_the_batch_goes_on(state):
     run(state, T0, put())
-    assert state.apply(reserve(1), state.now) == ("RESERVED", 1, BODY)
-    assert state.apply((99,), state.now) == INTERNAL_ERROR
-    assert state.apply((C.PUT, "default", "1", 0, 1000, b"x"), state.now) == INTERNAL_ERROR
-    assert state.internal_errors == 2
+    results = state.apply_batch(T0, [(99,), (C.PUT, "default", "1", 0, 1000, b"x"), reserve(1), ()]).results
+    assert results == [INTERNAL_ERROR, INTERNAL_ERROR, ("RESERVED", 1, BODY), INTERNAL_ERROR]
+    assert state.internal_errors == 3
     assert state.next_id == 2
 
 
@@ -980,3 +980,18 @@ def test_id_reservations_ride_the_log_and_the_snapshot():
     assert restored.digest() == state.digest()
     assert run(restored, T0 + 1, (C.ID_RESERVE, "counter", "app", 1)) == \
         run(state, T0 + 1, (C.ID_RESERVE, "counter", "app", 1))
+
+
+def test_the_read_queries_name_the_next_job_of_each_queue_and_what_a_reserve_could_take(state):
+    run(state, T0, put(pri=5), put(pri=1), put(delay=5000), put(), put(tube="other"))
+    run(state, T0, reserve(1), bury(1, 2))
+    assert state.job(1).id == 1 and state.job(99) is None
+    assert state.peek_ready("default").id == 1  # job 2, the more urgent, is buried
+    assert state.peek_delayed("default").id == 3
+    assert state.peek_buried("default").id == 2
+    assert state.peek_ready("nowhere") is state.peek_delayed("nowhere") is state.peek_buried("nowhere") is None
+    assert state.reservable("default", T0) == 2
+    run(state, T0, pause("default", 1000))
+    assert state.reservable("default", T0) == 0
+    assert state.reservable("default", T0 + 1000) == 2
+    assert state.reservable("other", T0) == 1 and state.reservable("nowhere", T0) == 0

@@ -79,6 +79,9 @@ class Host:
     def start_waiting(self, session) -> None:
         pass
 
+    def session_opened(self, session) -> None:
+        self.sessions.add(session)
+
     def session_closed(self, session) -> None:
         self.sessions.discard(session)
 

@@ -1,0 +1,56 @@
+"""The results of the queue core's commands: one definition for the core and the replies.
+
+A result is a small tuple whose first element, its tag, names the protocol
+reply it stands for; the rest are the reply's values. Plain tuples, not
+classes: a put answers one per command on the hot path, and a tuple literal
+is the cheapest thing Python builds. The shapes:
+
+    (INSERTED, id)                          put
+    (RESERVED, id, body)                    reserve, reserve-job
+    (KICKED, count)                         kick
+    (RESERVED, first, count, step, now_ms)  id-reserve (core/ids.py)
+    (EXHAUSTED, cycle_end_ms | None)        id-reserve past the cycle's last value
+
+and the results without values below, one shared tuple each. The server maps
+them to bytes in server/replies.py; the tags are the protocol's words, so a
+test can still write ("INSERTED", 1).
+"""
+
+from __future__ import annotations
+
+
+class Tag:
+    """The first element of every result."""
+
+    INSERTED = "INSERTED"
+    RESERVED = "RESERVED"
+    KICKED = "KICKED"
+    DELETED = "DELETED"
+    RELEASED = "RELEASED"
+    BURIED = "BURIED"
+    TOUCHED = "TOUCHED"
+    PAUSED = "PAUSED"
+    NOT_FOUND = "NOT_FOUND"
+    NO_JOB = "NO_JOB"
+    OK = "OK"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    # the id service
+    EXHAUSTED = "EXHAUSTED"
+    UNKNOWN_RULE = "UNKNOWN_RULE"
+    TOO_MANY_APPS = "TOO_MANY_APPS"
+    BAD_ARGUMENTS = "BAD_ARGUMENTS"
+
+
+NOT_FOUND = (Tag.NOT_FOUND,)
+DELETED = (Tag.DELETED,)
+RELEASED = (Tag.RELEASED,)
+BURIED = (Tag.BURIED,)
+TOUCHED = (Tag.TOUCHED,)
+PAUSED = (Tag.PAUSED,)
+KICKED = (Tag.KICKED,)  # kick-job: no count
+NO_JOB = (Tag.NO_JOB,)  # reserve found nothing ready: the session waits
+DONE = (Tag.OK,)  # internal commands (tick, drop-conn, …)
+INTERNAL_ERROR = (Tag.INTERNAL_ERROR,)  # a command no server should send, or a bug: counted
+UNKNOWN_RULE = (Tag.UNKNOWN_RULE,)
+TOO_MANY_APPS = (Tag.TOO_MANY_APPS,)
+BAD_ARGUMENTS = (Tag.BAD_ARGUMENTS,)

@@ -1,0 +1,93 @@
+"""SessionHost: everything a client Session uses of the server that accepted it.
+
+QueueServer (app.py) creates sessions and is their host; sessions know it only
+through this interface, so the dependency runs one way in the imports and at
+run time (app.py -> session.py -> host.py), and a test can host a Session with
+a small object of its own (tests/server/test_session_lease.py).
+tests/server/test_session_host.py checks that session.py touches nothing of
+its server beyond what is listed here, and that QueueServer provides it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable, ContextManager, Protocol, runtime_checkable
+
+from haqueue.core.state import QueueState
+from haqueue.server.limits import ClientLimits
+from haqueue.server.stats import ServerCounters
+from haqueue.server.tubes import TubeDirectory
+
+if TYPE_CHECKING:
+    from haqueue.server.session import Session
+
+
+class Submits(Protocol):
+    """The group-commit batcher (batcher.py): logs a command, calls back with its result
+    (None if its outcome is unknown)."""
+
+    def submit(self, command: tuple, continuation: Callable[[tuple | None], None]) -> None: ...
+
+
+class LeaseHolder(Protocol):
+    """The replica, as far as a session asks it: may a reply that hands out a job be written?"""
+
+    def read_lease_valid(self) -> bool: ...
+
+
+class Turns(Protocol):
+    """When a connection that used up its turn runs again (turns.py)."""
+
+    def next_turn(self, callback: Callable[[], None]) -> None: ...
+
+
+class Admits(Protocol):
+    """The memory high-water mark (limits.MemoryGauge)."""
+
+    def admits(self, body_size: int) -> bool: ...
+
+
+@runtime_checkable
+class SessionHost(Protocol):
+    # settings
+    loop: asyncio.AbstractEventLoop
+    max_job_size: int
+    limits: ClientLimits
+    # the leader's parts
+    batcher: Submits
+    replica: LeaseHolder
+    turns: Turns
+    memory: Admits
+    directory: TubeDirectory  # tube references of connections; what list-tubes lists
+    counters: ServerCounters
+    serving: bool  # false once leadership is lost: commands are no longer taken
+    draining: bool  # puts answer DRAINING
+    dirty: set[Session]  # sessions with replies to flush after the current entry
+
+    # the replicated state, read under its lock
+    @property
+    def state(self) -> QueueState: ...
+
+    @property
+    def state_lock(self) -> ContextManager: ...
+
+    # connections
+    def session_opened(self, session: Session) -> None: ...
+
+    def session_closed(self, session: Session) -> None: ...
+
+    def defer_until_drops_applied(self, session: Session) -> bool:
+        """True if a closed connection's reservations are still on their way back:
+        the session's read waits, and is pumped again once they are applied."""
+        ...
+
+    def unref_tube(self, name: str) -> None: ...
+
+    # waiting reserves
+    def start_waiting(self, session: Session) -> None: ...
+
+    def stop_waiting(self, session: Session) -> None: ...
+
+    def waiting_on(self, tube: str) -> int: ...
+
+    def stats_body(self) -> bytes: ...
