@@ -131,9 +131,12 @@ def _drop_privileges(user: str) -> None:
               help="Serve clients over TLS with this certificate chain (PEM); needs --tls-key.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
               help="The private key (PEM) for --tls-cert.")
+@click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
+                   "0: off. [default: 0; the cluster file's id_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key) -> None:
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -179,6 +182,10 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         )
     _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
                           max_memory, output_timeout, tls_cert, tls_key)
+    if id_port is not None:
+        if options.listen.unix_path:
+            raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
+        options.id_port = id_port
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")
         if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:

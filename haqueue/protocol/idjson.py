@@ -45,7 +45,7 @@ CREATE_ACTIONS = ("get", "create")
 # Bytes an app_name may not hold: id_server's set (0-32 and ! " # % & ' < >)
 # plus backslash and DEL.
 _FORBIDDEN_APP_BYTES = frozenset(range(33)) | frozenset(b"!\"#%&'<>\\\x7f")
-_NO_SEQ = object()  # the request carried no seq: none is echoed
+NO_SEQ = object()  # the request carried no seq: none is echoed
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,14 @@ class GetId:
     rule: str
     app: str
     salt: str | None = None
-    seq: Any = _NO_SEQ
+    seq: Any = NO_SEQ
 
 
 @dataclass(frozen=True)
 class Monitor:
     rule: str
     app: str
-    seq: Any = _NO_SEQ
+    seq: Any = NO_SEQ
     action: str = "monitor"
 
 
@@ -69,7 +69,7 @@ class Monitor:
 class BadRequest:
     error: str  # "bad_request" or "unknown_action"
     message: str
-    seq: Any = _NO_SEQ
+    seq: Any = NO_SEQ
 
 
 Request = GetId | Monitor | BadRequest
@@ -92,14 +92,18 @@ def _decode(datagram: bytes) -> dict | None:
 def _seq_of(obj: dict) -> tuple[Any, bool]:
     """(seq, ok): a JSON scalar at most MAX_SEQ bytes serialized, or absent."""
     if "seq" not in obj:
-        return _NO_SEQ, True
+        return NO_SEQ, True
     seq = obj["seq"]
+    return (seq, True) if seq_fits(seq) else (NO_SEQ, False)
+
+
+def seq_fits(seq: Any) -> bool:
     if seq is not None and type(seq) not in (str, int, float, bool):
-        return _NO_SEQ, False
+        return False
     try:
-        return seq, len(_dumps(seq)) <= MAX_SEQ
+        return len(_dumps(seq)) <= MAX_SEQ
     except ValueError:  # an int too long to print, or a float that overflowed (1e999)
-        return _NO_SEQ, False
+        return False
 
 
 def _name_ok(name: Any) -> bool:
@@ -132,7 +136,7 @@ def parse(datagram: bytes) -> Request | None:
     return check_fields(action, obj.get("rule_name"), obj.get("app_name"), obj.get("salt"), seq)
 
 
-def check_fields(action: str, rule: Any, app: Any, salt: Any = None, seq: Any = _NO_SEQ) -> Request:
+def check_fields(action: str, rule: Any, app: Any, salt: Any = None, seq: Any = NO_SEQ) -> Request:
     """The field rules shared by UDP and the HTTP form (`GET /id/{rule}/{app}`)."""
     if rule is None:
         return BadRequest("bad_request", "need rule_name", seq)
@@ -176,9 +180,9 @@ def _echoed(request: Request | None) -> list[tuple[str, Any]]:
 
 def _bounded(head: list[tuple[str, Any]], request: Request | None) -> bytes:
     """head's fields, seq if sent, then the echoed fields while the reply fits."""
-    seq = getattr(request, "seq", _NO_SEQ)
+    seq = getattr(request, "seq", NO_SEQ)
     parts = [_dumps(k) + b":" + _dumps(v) for k, v in head]
-    if seq is not _NO_SEQ:
+    if seq is not NO_SEQ:
         parts.append(b'"seq":' + _dumps(seq))
     size = 1 + sum(len(p) + 1 for p in parts)  # braces and commas
     for key, value in _echoed(request):

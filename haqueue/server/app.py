@@ -35,6 +35,7 @@ from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
@@ -92,6 +93,9 @@ class NodeOptions:
     limits: ClientLimits = field(default_factory=ClientLimits)
     tls: "TlsFiles | None" = None
     admin_token: str | None = None
+    # The id service's UDP port on the client listener's host (and the VIP);
+    # 0: off (server/ids_udp.py). The admin port's GET /id/... works either way.
+    id_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,8 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
+        self.id_requests = IdRequests(self)
+        self._id_listener: IdListener | None = None
 
     # ------------------------------------------------------------ properties
     @property
@@ -275,6 +281,15 @@ class QueueServer:
             return
         self.serving = True
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
+        if self.options.id_port:
+            listen = self.options.listen
+            self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
+            try:
+                await self._id_listener.open()
+            except OSError as exc:
+                self._die(f"cannot serve ids on {listen.host}:{self.options.id_port}: {exc.strerror or exc}")
+                return
+            log.info("serving ids on udp %s:%d", listen.host, self.options.id_port)
         self._after_entry()
 
     async def _open_listener(self) -> None:
@@ -350,6 +365,9 @@ class QueueServer:
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
+        if self._id_listener is not None:
+            id_listener, self._id_listener = self._id_listener, None
+            id_listener.close()
         for session in list(self.sessions):
             if graceful:
                 session.flush()
