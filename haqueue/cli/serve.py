@@ -296,4 +296,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         limits=dataclasses.replace(cluster.limits),
         tls=TlsFiles(cluster.tls.cert, cluster.tls.key) if cluster.tls is not None else None,
         admin_token=cluster.admin_token,
+        id_port=me.id_port,
     )
