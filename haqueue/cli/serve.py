@@ -186,6 +186,11 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         if options.listen.unix_path:
             raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
         options.id_port = id_port
+        if config_path is not None:
+            # The flag is this node's port; the other members are taken to use
+            # the same one when a follower names the leader.
+            spec, _ = load_cluster_file(config_path, node_id)
+            options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")
         if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -297,4 +302,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         tls=TlsFiles(cluster.tls.cert, cluster.tls.key) if cluster.tls is not None else None,
         admin_token=cluster.admin_token,
         id_port=me.id_port,
+        id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
     )

@@ -13,10 +13,12 @@
 - bad input (unknown rule, a salt the rule does not take) is answered from
   the applied state without a log entry: a hostile client cannot grow the log.
 
-`IdListener` owns the UDP sockets: opened when the node starts serving, closed
-on step-down, like the client listener (server/app.py). It binds the client
-listener's host, and the VIP too when one is configured (IP_FREEBIND: the
-address arrives after leadership does). Each socket is bound to one address,
+`IdListener` owns the UDP sockets. The node's own address is served by every
+node from start to stop: followers answer `not_leader` naming the leader's id
+endpoint, so a client that walks a server list until `code == 0` (id_server's
+client pattern) finds the leader. The VIP, when one is configured, is bound
+only while this node serves as leader (IP_FREEBIND: the address arrives after
+leadership does), like the client listener (server/app.py). Each socket is bound to one address,
 so a reply leaves from the address its request was sent to: a client that
 connect()s its UDP socket, as id_server's own client does, drops a reply
 from any other source.
@@ -49,9 +51,25 @@ Respond = Callable[[str | None, bytes | None], None]
 
 
 class IdRequests:
-    def __init__(self, server) -> None:
+    def __init__(self, server, leader_endpoints: dict[str, str] | None = None) -> None:
         self.server = server  # haqueue.server.app.QueueServer
         self.pending = 0
+        # Raft endpoint -> that node's id service "address:port", to name the leader.
+        self.leader_endpoints = leader_endpoints or {}
+        self._leader_cache: tuple[float, str | None] = (-1.0, None)
+
+    def leader(self) -> str | None:
+        """The leader's id endpoint, as far as this node knows (cached 0.1 s: a
+        flood at a follower must not ask Raft for its status per datagram)."""
+        replica = self.server.replica
+        if replica is None or not self.leader_endpoints:
+            return None
+        now = self.server.loop.time()
+        at, endpoint = self._leader_cache
+        if now - at > 0.1:
+            endpoint = self.leader_endpoints.get(replica.status().get("leader") or "")
+            self._leader_cache = (now, endpoint)
+        return endpoint
 
     def handle(self, request: GetId | Monitor | BadRequest, respond: Respond) -> None:
         if isinstance(request, BadRequest):
@@ -59,7 +77,7 @@ class IdRequests:
             return
         server = self.server
         if not server.serving or server.replica is None:
-            respond("not_leader", idjson.not_leader(request, None))
+            respond("not_leader", idjson.not_leader(request, self.leader()))
             return
         if isinstance(request, Monitor):
             self._monitor(request, respond)
@@ -155,17 +173,32 @@ class IdListener:
         self.port = port
         self.vip = vip if vip != host else None
         self.transports: list[asyncio.DatagramTransport] = []
+        self._vip_transport: asyncio.DatagramTransport | None = None
         self._vip_retry: asyncio.TimerHandle | None = None
         self.open_ = False
+        self.vip_open = False
 
     async def open(self) -> None:
-        """Bind host:port (OSError if it cannot), then the VIP, retried while we lead."""
+        """Bind host:port, on every node from the start (OSError if it cannot)."""
         self.open_ = True
         await self._bind(self.host, freebind=False)
-        if self.vip is not None:
+
+    async def open_vip(self) -> None:
+        """While leader: bind the VIP too, retried until it binds or close_vip."""
+        if self.vip is not None and self.open_ and not self.vip_open:
+            self.vip_open = True
             await self._bind_vip()
 
-    async def _bind(self, host: str, freebind: bool) -> None:
+    def close_vip(self) -> None:
+        self.vip_open = False
+        if self._vip_retry is not None:
+            self._vip_retry.cancel()
+            self._vip_retry = None
+        if self._vip_transport is not None:
+            transport, self._vip_transport = self._vip_transport, None
+            transport.close()
+
+    async def _bind(self, host: str, freebind: bool) -> asyncio.DatagramTransport | None:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             # The VIP's socket and a wildcard host's share the port: the more
@@ -180,14 +213,18 @@ class IdListener:
         except BaseException:
             sock.close()
             raise
-        if not self.open_:  # closed while we were binding
+        if not self.open_ or (freebind and not self.vip_open):  # closed while we were binding
             transport.close()
-            return
-        self.transports.append(transport)
+            return None
+        if freebind:
+            self._vip_transport = transport
+        else:
+            self.transports.append(transport)
+        return transport
 
     async def _bind_vip(self) -> None:
         self._vip_retry = None
-        if not self.open_:
+        if not self.open_ or not self.vip_open:
             return
         try:
             await self._bind(self.vip, freebind=True)
@@ -198,12 +235,11 @@ class IdListener:
 
     def close(self) -> None:
         self.open_ = False
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
+        self.close_vip()
         for transport in self.transports:
             transport.close()
         self.transports.clear()
 
     def addresses(self) -> list[tuple]:
-        return [t.get_extra_info("sockname") for t in self.transports]
+        vip = [self._vip_transport] if self._vip_transport is not None else []
+        return [t.get_extra_info("sockname") for t in self.transports + vip]

@@ -67,3 +67,34 @@ def test_ids_through_the_vip_never_repeat_or_go_back_across_a_leader_kill(make_c
     # The killed node comes back and agrees on the counters (same digest).
     cluster.start_node(old.id)
     wait_converged(cluster, timeout=15)
+
+
+def test_followers_answer_not_leader_naming_the_leader(make_cluster):
+    """id_server's client walks its server list until code == 0: a follower's
+    answer names the leader's id endpoint, where the next try succeeds."""
+    port = free_udp_port()
+    cluster = make_cluster(["-f0", "--id-port", str(port)])
+    leader = cluster.leader()
+    spec = cluster.spec
+    follower = next(n for n in spec.nodes if n.id != leader.id)
+    request = json.dumps({"action": "get", "rule_name": "o2o", "app_name": "walk", "seq": 1}).encode()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.3)
+        sock.connect((follower.address, port))
+        deadline = time.monotonic() + 10
+        reply = None
+        while reply is None or reply.get("leader") is None:  # until it has heard from the leader
+            assert time.monotonic() < deadline, f"no not_leader reply naming the leader: {reply}"
+            sock.send(request)
+            try:
+                reply = json.loads(sock.recv(256))
+            except socket.timeout:
+                continue
+            assert (reply["code"], reply["error"], reply["seq"]) == (-1, "not_leader", 1), reply
+    assert reply["leader"] == f"{spec.node(leader.id).address}:{port}"
+    host, _, leader_port = reply["leader"].rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(2)
+        sock.connect((host, int(leader_port)))
+        sock.send(request)
+        assert json.loads(sock.recv(256))["code"] == 0
