@@ -180,3 +180,21 @@ def test_optional_table_problems_name_the_key(table, expected):
 def test_invalid_toml_is_one_line():
     message = error_for(BASE + "[[nodes]\n")
     assert message.startswith("c.toml: not valid TOML:")
+
+
+def test_id_port_is_off_by_default_and_read_from_cluster_and_node():
+    c = parse_cluster(BASE)
+    assert c.id_port == 0 and [n.id_port for n in c.nodes] == [0, 0]
+    c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\nid_port = 1200\n')
+                      .replace('priority = 140\n', 'priority = 140\nid_port = 1201\n'))
+    assert c.id_port == 1200 and [n.id_port for n in c.nodes] == [1200, 1201]
+
+
+def test_id_port_errors_name_the_key():
+    assert "cluster.id_port" in error_for(BASE.replace('secret = "change-me"\n',
+                                                       'secret = "change-me"\nid_port = 70000\n'))
+    shared_host = BASE.replace('address = "192.0.2.12"', 'address = "192.0.2.11"\nclient_port = 1\n'
+                               'raft_port = 2\nadmin_port = 3')
+    assert parse_cluster(shared_host).nodes[1].address == "192.0.2.11"
+    message = error_for(shared_host.replace('secret = "change-me"\n', 'secret = "change-me"\nid_port = 1200\n'))
+    assert "nodes[1].id_port" in message and "already used by n1" in message

@@ -131,9 +131,12 @@ def _drop_privileges(user: str) -> None:
               help="Serve clients over TLS with this certificate chain (PEM); needs --tls-key.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
               help="The private key (PEM) for --tls-cert.")
+@click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
+                   "0: off. [default: 0; the cluster file's id_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key) -> None:
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -179,6 +182,15 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         )
     _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
                           max_memory, output_timeout, tls_cert, tls_key)
+    if id_port is not None:
+        if options.listen.unix_path:
+            raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
+        options.id_port = id_port
+        if config_path is not None:
+            # The flag is this node's port; the other members are taken to use
+            # the same one when a follower names the leader.
+            spec, _ = load_cluster_file(config_path, node_id)
+            options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")
         if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -289,4 +301,6 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         limits=dataclasses.replace(cluster.limits),
         tls=TlsFiles(cluster.tls.cert, cluster.tls.key) if cluster.tls is not None else None,
         admin_token=cluster.admin_token,
+        id_port=me.id_port,
+        id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
     )

@@ -9,6 +9,10 @@ GET /leader  200 only on the leader that is serving clients, else 503 — the
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (docs/design.md I2)
 GET /metrics the Prometheus text format (metrics.py): every node, followers too
+GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids_udp.py), the UDP
+             reply's JSON body: 200 with an id; 503 not leader or outcome
+             unknown (retry), 404 unknown rule, 409 exhausted or too many
+             apps, 400 bad input. GET /id/RULE/APP/monitor: the counter
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
              objects found among them by a full pass, which stops the node
@@ -31,12 +35,16 @@ import gc
 import hmac
 import json
 import logging
+from urllib.parse import parse_qs, unquote
 
 from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
 log = logging.getLogger(__name__)
 
 PROTECTED = ("/status", "/gc")
+# The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
+ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
+             "exhausted": 409, "too_many_apps": 409, "not_leader": 503}
 
 
 class AdminServer:
@@ -110,13 +118,43 @@ class AdminServer:
         return 404, "text/plain", b"not found\n"
 
     async def answer_async(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
-        """`answer`, and the routes that wait for other nodes (/cluster)."""
+        """`answer`, and the routes that wait for other nodes (/cluster) or a commit (/id)."""
+        if path.startswith("/id/"):
+            return await self._id(path)
         if path.partition("?")[0] == "/cluster" and self.server.replica is not None:
             from haqueue.server.status_page import cluster_view
 
             view = await cluster_view(self.server)
             return 200, "application/json", json.dumps(view, sort_keys=True).encode() + b"\n"
         return self.answer(path, authorized)
+
+    async def _id(self, path: str) -> tuple[int, str, bytes]:
+        from haqueue.protocol import idjson
+
+        route, _, query = path.partition("?")
+        try:
+            parts = [unquote(p, errors="strict") for p in route.split("/")[2:]]
+            fields = {k: v[0] for k, v in parse_qs(query, errors="strict").items()}
+        except UnicodeDecodeError:
+            parts, fields = [], {}
+        if len(parts) == 3 and parts[2] == "monitor":
+            action = "monitor"
+        elif len(parts) == 2:
+            action = "get"
+        else:
+            return 400, "application/json", idjson.error(None, "bad_request", "expected /id/RULE/APP")
+        seq = fields.get("seq", idjson.NO_SEQ)
+        if seq is idjson.NO_SEQ or idjson.seq_fits(seq):
+            request = idjson.check_fields(action, parts[0], parts[1], fields.get("salt"), seq)
+        else:
+            request = idjson.BadRequest("bad_request", "bad seq")
+        answered = asyncio.get_running_loop().create_future()
+        self.server.id_requests.handle(
+            request, lambda outcome, body: answered.done() or answered.set_result((outcome, body)))
+        outcome, body = await answered
+        if body is None:
+            body = idjson.error(request, "unavailable", "outcome unknown, retry")
+        return ID_STATUS.get(outcome, 503), "application/json", body + b"\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -127,8 +165,8 @@ class AdminServer:
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
                 code, kind, body = await self.answer_async(parts[1], self.authorized(head))
-            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-                      503: "Service Unavailable"}[code]
+            reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+                      405: "Method Not Allowed", 409: "Conflict", 503: "Service Unavailable"}[code]
             chunks = body if isinstance(body, list) else [body]
             length = sum(len(chunk) for chunk in chunks)
             head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"

@@ -35,6 +35,7 @@ from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
@@ -92,6 +93,12 @@ class NodeOptions:
     limits: ClientLimits = field(default_factory=ClientLimits)
     tls: "TlsFiles | None" = None
     admin_token: str | None = None
+    # The id service's UDP port on the client listener's host (and, on the
+    # leader, the VIP); 0: off (server/ids_udp.py). GET /id/... on the admin
+    # port works either way. id_endpoints: Raft endpoint -> "address:id_port"
+    # of every member, so that followers can name the leader.
+    id_port: int = 0
+    id_endpoints: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,8 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
+        self.id_requests = IdRequests(self, options.id_endpoints)
+        self._id_listener: IdListener | None = None
 
     # ------------------------------------------------------------ properties
     @property
@@ -177,6 +186,8 @@ class QueueServer:
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
+        if self.options.id_port and not await self._open_id_listener():
+            return 1
         # Millions of long-lived jobs: keep the cycle collector's passes
         # short whatever the backlog (gc_policy.py).
         self.collector = CollectorPolicy(self.loop)
@@ -239,6 +250,8 @@ class QueueServer:
         if self.memory is not None:
             self.memory.stop()
         self._step_down(graceful=True)
+        if self._id_listener is not None:
+            self._id_listener.close()
         if self.admin_server is not None:
             await self.admin_server.stop()
         # Joining the tick thread blocks; it is short (one tick).
@@ -275,6 +288,8 @@ class QueueServer:
             return
         self.serving = True
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
+        if self._id_listener is not None:
+            await self._id_listener.open_vip()
         self._after_entry()
 
     async def _open_listener(self) -> None:
@@ -293,6 +308,19 @@ class QueueServer:
             )
             if listen.vip is not None and listen.vip != listen.host:
                 await self._open_vip_listener()
+
+    async def _open_id_listener(self) -> bool:
+        """The id service's own-address socket, open on every node from start to
+        stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
+        listen = self.options.listen
+        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
+        try:
+            await self._id_listener.open()
+        except OSError as exc:
+            self.fatal = f"cannot serve ids on {listen.host}:{self.options.id_port}: {exc.strerror or exc}"
+            return False
+        log.info("id service on udp %s:%d", listen.host, self.options.id_port)
+        return True
 
     async def _open_vip_listener(self) -> None:
         self._vip_retry = None
@@ -350,6 +378,8 @@ class QueueServer:
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
+        if self._id_listener is not None:
+            self._id_listener.close_vip()
         for session in list(self.sessions):
             if graceful:
                 session.flush()

@@ -94,3 +94,21 @@ def test_limit_flags_show_in_stats():
             assert b"\n" + line + b"\n" in body, line
     finally:
         srv.stop()
+
+
+def test_id_port_with_a_unix_socket_is_one_line(tmp_path):
+    result = run("-l", f"unix:{tmp_path}/s", "--id-port", "1200")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "haqueue: --id-port needs -l HOST (the id service's UDP address), not a Unix socket")
+
+
+def test_an_id_port_in_use_is_one_line():
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        result = run("-l", "127.0.0.1", "-p", "0", "--id-port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"haqueue: cannot serve ids on 127.0.0.1:{port}: Address already in use"

@@ -1,0 +1,248 @@
+"""The id service's JSON/UDP codec (id_server compatible), sans-I/O.
+
+One JSON object per datagram (shared/id-service.md §3.2). `parse` turns a
+datagram into a GetId, a Monitor, a BadRequest (the reply is an error) or
+None (no reply at all); the reply builders turn results into bytes. No
+socket, no clock: the UDP and HTTP front ends (server/ids_udp.py,
+server/admin.py) own the I/O.
+
+Bounds, and why:
+- a request is 47..1,400 bytes: 47 is the smallest valid request
+  (`{"action":"get","rule_name":"x","app_name":"y"}`), 1,400 never fragments
+  on a 1,500-byte MTU. Outside them, and for bytes that are not a JSON
+  object, there is no reply: junk is not reflected.
+- every reply is at most 256 bytes, because id_server's own client reads 256
+  bytes (`fread($sock, 256)`). `code`, `message`, `data`, `error`, `leader`
+  and `seq` always fit (an id is at most 64 characters, a seq at most 64
+  bytes serialized); `action`, `rule_name`, `app_name` and `salt` are echoed,
+  in that order, while the reply stays within 256 bytes. So a reply is at
+  most 256/47 ≈ 5.4 times its request: the amplification bound.
+- `code == 0` means success and nothing else does (id_server's clients test
+  exactly that); every failure is code -1 with a machine-readable `error`.
+
+Deviations from id_server, each deliberate: an unknown action is an error
+(id_server treated it as monitor); a missing or mistyped field gets a
+bad_request reply (id_server 2017 stayed silent); app_name also refuses
+backslash and DEL; seq is echoed only when sent, and only a JSON scalar.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from haqueue.core.idrules import civil
+
+MIN_REQUEST = 47
+MAX_REQUEST = 1400
+MAX_REPLY = 256
+MAX_NAME = 64  # rule_name and app_name, bytes of UTF-8
+MAX_SALT = 64
+MAX_SEQ = 64  # bytes of the seq as serialized in the reply
+
+CREATE_ACTIONS = ("get", "create")
+# Bytes an app_name may not hold: id_server's set (0-32 and ! " # % & ' < >)
+# plus backslash and DEL.
+_FORBIDDEN_APP_BYTES = frozenset(range(33)) | frozenset(b"!\"#%&'<>\\\x7f")
+NO_SEQ = object()  # the request carried no seq: none is echoed
+
+
+@dataclass(frozen=True)
+class GetId:
+    action: str  # "get" or "create", echoed
+    rule: str
+    app: str
+    salt: str | None = None
+    seq: Any = NO_SEQ
+
+
+@dataclass(frozen=True)
+class Monitor:
+    rule: str
+    app: str
+    seq: Any = NO_SEQ
+    action: str = "monitor"
+
+
+@dataclass(frozen=True)
+class BadRequest:
+    error: str  # "bad_request" or "unknown_action"
+    message: str
+    seq: Any = NO_SEQ
+
+
+Request = GetId | Monitor | BadRequest
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python's json accepts them
+
+
+def _decode(datagram: bytes) -> dict | None:
+    if not MIN_REQUEST <= len(datagram) <= MAX_REQUEST:
+        return None
+    try:
+        obj = json.loads(datagram, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return obj if type(obj) is dict else None
+
+
+def _seq_of(obj: dict) -> tuple[Any, bool]:
+    """(seq, ok): a JSON scalar at most MAX_SEQ bytes serialized, or absent."""
+    if "seq" not in obj:
+        return NO_SEQ, True
+    seq = obj["seq"]
+    return (seq, True) if seq_fits(seq) else (NO_SEQ, False)
+
+
+def seq_fits(seq: Any) -> bool:
+    if seq is not None and type(seq) not in (str, int, float, bool):
+        return False
+    try:
+        return len(_dumps(seq)) <= MAX_SEQ
+    except ValueError:  # an int too long to print, or a float that overflowed (1e999)
+        return False
+
+
+def _name_ok(name: Any) -> bool:
+    if type(name) is not str:
+        return False
+    try:
+        raw = name.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800")
+        return False
+    return 1 <= len(raw) <= MAX_NAME
+
+
+def app_name_ok(app: Any) -> bool:
+    return _name_ok(app) and not _FORBIDDEN_APP_BYTES.intersection(app.encode())
+
+
+def parse(datagram: bytes) -> Request | None:
+    """A request, an error to reply, or None: no reply (see the module docstring)."""
+    obj = _decode(datagram)
+    if obj is None:
+        return None
+    seq, seq_ok = _seq_of(obj)
+    if not seq_ok:
+        return BadRequest("bad_request", "bad seq")
+    action = obj.get("action")
+    if type(action) is not str:
+        return BadRequest("bad_request", "need action", seq)
+    if action not in CREATE_ACTIONS and action != "monitor":
+        return BadRequest("unknown_action", "unknown action", seq)
+    return check_fields(action, obj.get("rule_name"), obj.get("app_name"), obj.get("salt"), seq)
+
+
+def check_fields(action: str, rule: Any, app: Any, salt: Any = None, seq: Any = NO_SEQ) -> Request:
+    """The field rules shared by UDP and the HTTP form (`GET /id/{rule}/{app}`)."""
+    if rule is None:
+        return BadRequest("bad_request", "need rule_name", seq)
+    if not _name_ok(rule):
+        return BadRequest("bad_request", "bad rule_name", seq)
+    if app is None:
+        return BadRequest("bad_request", "need app_name", seq)
+    if not app_name_ok(app):
+        return BadRequest("bad_request", "bad app_name", seq)
+    if action == "monitor":
+        return Monitor(rule, app, seq)
+    if salt is not None and (type(salt) is not str or not salt.isascii() or len(salt) > MAX_SALT):
+        return BadRequest("bad_request", "bad salt", seq)
+    return GetId(action, rule, app, salt, seq)
+
+
+def salt_fits(salt: str | None, salt_max_len: int) -> bool:
+    """Whether a rule takes this salt: only a rule with {salt} takes one, at most
+    its salt_max_len of [A-Za-z0-9] (the salt lands inside the id, and a rule's
+    injectivity check counted on that alphabet's fixed meaning)."""
+    if not salt:
+        return True
+    return 0 < salt_max_len and len(salt) <= salt_max_len and salt.isascii() and salt.isalnum()
+
+
+# ----------------------------------------------------------------- replies
+def _dumps(value: Any) -> bytes:
+    # ASCII only: a lone surrogate in a seq stays printable, and bytes are
+    # counted exactly as the client will read them.
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _echoed(request: Request | None) -> list[tuple[str, Any]]:
+    if isinstance(request, GetId):
+        echo = [("action", request.action), ("rule_name", request.rule), ("app_name", request.app)]
+        return echo + ([("salt", request.salt)] if request.salt is not None else [])
+    if isinstance(request, Monitor):
+        return [("action", "monitor"), ("rule_name", request.rule), ("app_name", request.app)]
+    return []
+
+
+def _bounded(head: list[tuple[str, Any]], request: Request | None) -> bytes:
+    """head's fields, seq if sent, then the echoed fields while the reply fits."""
+    seq = getattr(request, "seq", NO_SEQ)
+    parts = [_dumps(k) + b":" + _dumps(v) for k, v in head]
+    if seq is not NO_SEQ:
+        parts.append(b'"seq":' + _dumps(seq))
+    size = 1 + sum(len(p) + 1 for p in parts)  # braces and commas
+    for key, value in _echoed(request):
+        part = _dumps(key) + b":" + _dumps(value)
+        if size + len(part) + 1 > MAX_REPLY:
+            break
+        parts.append(part)
+        size += len(part) + 1
+    return b"{" + b",".join(parts) + b"}"
+
+
+def success(request: GetId, id_text: str) -> bytes:
+    return _bounded([("code", 0), ("message", "success"), ("data", id_text)], request)
+
+
+def monitor_reply(request: Monitor, report: dict) -> bytes:
+    """`data` keeps counter and node_offset; later keys go if the reply would pass 256 bytes."""
+    data = dict(report)
+    while True:
+        head = [("code", 0), ("message", "ok"), ("data", data)]
+        reply = _bounded(head, request)
+        if len(reply) <= MAX_REPLY or len(data) <= 2:
+            return reply
+        data.popitem()
+
+
+def error(request: Request | None, error_name: str, message: str, leader: str | None = None) -> bytes:
+    head = [("code", -1), ("message", message), ("error", error_name)]
+    if leader is not None and len(leader) <= 64:
+        head.append(("leader", leader))
+    return _bounded(head, request)
+
+
+def bad_request(request: BadRequest) -> bytes:
+    return error(request, request.error, request.message)
+
+
+def unknown_rule(request: Request) -> bytes:
+    return error(request, "unknown_rule", "unknown rule")
+
+
+def not_exist(request: Request) -> bytes:
+    return error(request, "not_exist", "not exist")
+
+
+def too_many_apps(request: Request) -> bytes:
+    return error(request, "too_many_apps", "app limit reached")
+
+
+def not_leader(request: Request, leader: str | None) -> bytes:
+    return error(request, "not_leader", "not leader", leader)
+
+
+def exhausted(request: Request, cycle_end_ms: int | None, utc_offset: int = 0) -> bytes:
+    """The counter's space is used up until its cycle ends (it never wraps)."""
+    if cycle_end_ms is None:
+        return error(request, "exhausted", "counter exhausted")
+    # Integer calendar arithmetic: no year range to overflow (datetime stops at 9999).
+    t = civil(cycle_end_ms // 1000, utc_offset)
+    sign, offset = ("-", -utc_offset) if utc_offset < 0 else ("+", utc_offset)
+    until = (f"{t.year:04}-{t.month:02}-{t.day:02}T{t.hour:02}:{t.minute:02}:{t.second:02}"
+             f"{sign}{offset // 3600:02}:{offset % 3600 // 60:02}")
+    return error(request, "exhausted", f"counter exhausted until {until}")

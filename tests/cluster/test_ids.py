@@ -1,0 +1,100 @@
+"""The id service on a real three-node cluster: ids through the VIP while the leader is killed.
+
+Every node gets `--id-port`; the leader serves it on its own address and on
+the VIP (127.0.0.100 on loopback, bound with IP_FREEBIND). The client is
+id_server's pattern, a connect()ed UDP socket: it only sees replies that come
+from the VIP, the address it sent to.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from tests.cluster.convergence import wait_converged
+
+VIP = "127.0.0.100"
+FAILOVER_BOUND = 10.0
+IDS_EACH_SIDE = 30
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((VIP, 0))
+        return sock.getsockname()[1]
+
+
+def get_id(sock: socket.socket, deadline: float) -> int | None:
+    """One id of the `counter` rule, retrying each 0.3 s until deadline (None then)."""
+    request = json.dumps({"action": "get", "rule_name": "counter", "app_name": "failover"}).encode()
+    while time.monotonic() < deadline:
+        sock.send(request)
+        try:
+            reply = json.loads(sock.recv(256))
+        except (socket.timeout, ConnectionRefusedError):
+            continue
+        assert reply["code"] == 0, reply
+        return int(reply["data"])
+    return None
+
+
+def test_ids_through_the_vip_never_repeat_or_go_back_across_a_leader_kill(make_cluster):
+    port = free_udp_port()
+    cluster = make_cluster(["-f0", "--id-port", str(port)])
+    old = cluster.leader()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(0.3)
+    sock.connect((VIP, port))
+    try:
+        before = [get_id(sock, time.monotonic() + 10) for _ in range(IDS_EACH_SIDE)]
+        assert None not in before, "the leader did not serve ids on the VIP"
+        killed_at = time.monotonic()
+        cluster.kill_node(old.id)
+        first = get_id(sock, killed_at + FAILOVER_BOUND)
+        assert first is not None, f"no id within {FAILOVER_BOUND} s of killing {old.id}"
+        new = cluster.leader(timeout=5, exclude=old.id)
+        assert new is not None and new.id != old.id
+        after = [first] + [get_id(sock, time.monotonic() + 10) for _ in range(IDS_EACH_SIDE - 1)]
+    finally:
+        sock.close()
+    assert None not in after
+    ids = before + after
+    assert len(set(ids)) == len(ids), "an id was issued twice"
+    assert ids == sorted(ids), "ids went back"
+    assert min(after) > max(before)
+
+    # The killed node comes back and agrees on the counters (same digest).
+    cluster.start_node(old.id)
+    wait_converged(cluster, timeout=15)
+
+
+def test_followers_answer_not_leader_naming_the_leader(make_cluster):
+    """id_server's client walks its server list until code == 0: a follower's
+    answer names the leader's id endpoint, where the next try succeeds."""
+    port = free_udp_port()
+    cluster = make_cluster(["-f0", "--id-port", str(port)])
+    leader = cluster.leader()
+    spec = cluster.spec
+    follower = next(n for n in spec.nodes if n.id != leader.id)
+    request = json.dumps({"action": "get", "rule_name": "o2o", "app_name": "walk", "seq": 1}).encode()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.3)
+        sock.connect((follower.address, port))
+        deadline = time.monotonic() + 10
+        reply = None
+        while reply is None or reply.get("leader") is None:  # until it has heard from the leader
+            assert time.monotonic() < deadline, f"no not_leader reply naming the leader: {reply}"
+            sock.send(request)
+            try:
+                reply = json.loads(sock.recv(256))
+            except socket.timeout:
+                continue
+            assert (reply["code"], reply["error"], reply["seq"]) == (-1, "not_leader", 1), reply
+    assert reply["leader"] == f"{spec.node(leader.id).address}:{port}"
+    host, _, leader_port = reply["leader"].rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(2)
+        sock.connect((host, int(leader_port)))
+        sock.send(request)
+        assert json.loads(sock.recv(256))["code"] == 0

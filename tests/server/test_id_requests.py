@@ -1,0 +1,151 @@
+"""IdRequests (server/ids_udp.py): results of the id state machine become replies.
+
+The state machine is the real one (core/ids.py). What stands in is the commit:
+a batcher that applies each command to that state when told to, or fails it
+(outcome unknown). Losing leadership with an entry in flight cannot be staged
+on demand against a real node, and the batcher's own behaviour is tested in
+tests/server/test_group_commit.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from haqueue.core.idrules import IdRule
+from haqueue.core.ids import IdState
+from haqueue.protocol import idjson
+from haqueue.server import ids_udp
+from haqueue.server.ids_udp import IdRequests
+
+NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z
+
+
+class Held:
+    """Commands waiting for their entry's commit; commit() applies them, fail() loses them."""
+
+    def __init__(self, state) -> None:
+        self.state = state
+        self.waiting: list[tuple] = []
+
+    def submit(self, command, continuation) -> None:
+        self.waiting.append((command, continuation))
+
+    def commit(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for (_, rule, app, n), continuation in waiting:
+            continuation(self.state.ids.reserve(rule, app, n, NOW))
+
+    def fail(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for _, continuation in waiting:
+            continuation(None)
+
+
+class Lease:
+    valid = True
+
+    def read_lease_valid(self) -> bool:
+        return self.valid
+
+
+class Node:
+    def __init__(self, ids: IdState) -> None:
+        self.state = type("State", (), {"ids": ids})()
+        self.state_lock = threading.Lock()
+        self.replica = Lease()
+        self.batcher = Held(self.state)
+        self.serving = True
+
+
+def ask(requests: IdRequests, datagram: dict) -> list:
+    replies = []
+    requests.handle(idjson.parse(json.dumps(datagram).encode()),
+                    lambda outcome, body: replies.append((outcome, body and json.loads(body))))
+    return replies
+
+
+def get(rule="tiny", app="a", **more) -> dict:
+    return {"action": "get", "rule_name": rule, "app_name": app, **more}
+
+
+def make(max_apps: int = 10) -> tuple[Node, IdRequests]:
+    rules = (IdRule("tiny", "T{counter:01}", min_counter=0, max_counter=2),
+             IdRule("salted", "S{counter:03}{salt}", max_counter=999, salt_max_len=4))
+    node = Node(IdState(rules, max_apps_per_rule=max_apps))
+    return node, IdRequests(node)
+
+
+def test_reply_waits_for_commit_and_renders_the_committed_value():
+    node, requests = make()
+    replies = ask(requests, get(seq="x"))
+    assert replies == [] and len(node.batcher.waiting) == 1
+    node.batcher.commit()
+    (outcome, body), = replies
+    assert outcome == "ok" and body["data"] == "T0" and body["seq"] == "x"
+
+
+def test_outcome_unknown_gets_no_reply_and_frees_its_slot():
+    node, requests = make()
+    replies = ask(requests, get())
+    node.batcher.fail()
+    assert replies == [(None, None)] and requests.pending == 0
+
+
+def test_exhausted_never_wraps():
+    node, requests = make()
+    replies = []
+    for _ in range(4):
+        pending = ask(requests, get())
+        node.batcher.commit()
+        replies += pending
+    assert [r[1]["data"] for r in replies[:3]] == ["T0", "T1", "T2"]
+    assert replies[3][0] == "exhausted" and replies[3][1]["message"] == "counter exhausted"
+
+
+def test_too_many_apps():
+    node, requests = make(max_apps=1)
+    first, second = ask(requests, get(app="one")), ask(requests, get(app="two"))
+    node.batcher.commit()
+    assert first[0][0] == "ok" and second[0][0] == "too_many_apps"
+
+
+def test_bad_input_is_answered_without_a_log_entry():
+    node, requests = make()
+    assert ask(requests, get(rule="nope"))[0][0] == "unknown_rule"
+    assert ask(requests, get(salt="ab"))[0][1]["message"] == "bad salt"  # tiny takes no salt
+    assert ask(requests, get(rule="salted", salt="abcde"))[0][0] == "bad_request"  # longer than 4
+    assert ask(requests, get(rule="salted", salt="a-b"))[0][0] == "bad_request"
+    assert node.batcher.waiting == []
+    ok = ask(requests, get(rule="salted", salt="Ab9"))
+    node.batcher.commit()
+    assert ok[0][1]["data"] == "S000Ab9" and ok[0][1]["salt"] == "Ab9"
+
+
+def test_monitor_needs_the_read_lease():
+    node, requests = make()
+    ask(requests, get())
+    node.batcher.commit()
+    monitor = {"action": "monitor", "rule_name": "tiny", "app_name": "a"}
+    assert ask(requests, monitor)[0][1]["data"]["counter"] == 0
+    assert ask(requests, {**monitor, "app_name": "b"})[0][0] == "not_exist"
+    node.replica.valid = False
+    assert ask(requests, monitor) == [(None, None)]
+
+
+def test_a_follower_answers_not_leader():
+    node, requests = make()
+    node.serving = False
+    (outcome, body), = ask(requests, get())
+    assert outcome == "not_leader" and body["code"] == -1 and "leader" not in body
+
+
+def test_a_flood_beyond_the_pending_cap_is_dropped_not_queued(monkeypatch):
+    monkeypatch.setattr(ids_udp, "MAX_PENDING", 3)
+    node, requests = make()
+    replies = []
+    for _ in range(5):
+        replies += ask(requests, get())
+    assert len(node.batcher.waiting) == 3 and replies == [(None, None), (None, None)]
+    node.batcher.commit()
+    assert requests.pending == 0

@@ -1,0 +1,147 @@
+"""The id service against a real node: JSON over UDP and GET /id/... on the admin port."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support.servers import HOST, free_port, start_haqueue
+
+DEADLINE = 10.0
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+class IdClient:
+    """id_server's client pattern: a connect()ed UDP socket, one datagram, read 256 bytes."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.connect((HOST, port))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def ask(self, datagram: bytes, timeout: float = 0.5) -> bytes | None:
+        """One try: the reply, or None if none came within timeout."""
+        self.sock.settimeout(timeout)
+        self.sock.send(datagram)
+        try:
+            return self.sock.recv(256)
+        except (socket.timeout, ConnectionRefusedError):
+            return None
+
+    def call(self, datagram: bytes) -> dict:
+        """Retry until a reply comes (as clients do: UDP, and the node may be electing itself)."""
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            reply = self.ask(datagram)
+            if reply is not None:
+                return json.loads(reply)
+        raise AssertionError(f"no reply to {datagram!r} within {DEADLINE} s")
+
+
+def get(rule: str = "o2o", app: str = "test", **extra) -> bytes:
+    return json.dumps({"action": "get", "rule_name": rule, "app_name": app, **extra}).encode()
+
+
+@pytest.fixture
+def node(tmp_path):
+    id_port, admin_port = free_udp_port(), free_port()
+    data_dir = tmp_path / "data"
+    args = ("--id-port", str(id_port), "--admin", f"{HOST}:{admin_port}")
+    server = start_haqueue("-f", "0", *args, data_dir=str(data_dir))
+    client = IdClient(id_port)
+    yield server, client, admin_port, args, data_dir
+    client.close()
+    server.stop()
+
+
+def test_o2o_ids_increase_and_continue_across_a_restart(node):
+    server, client, admin_port, args, data_dir = node
+    first = client.call(get(seq="a1"))
+    assert first["code"] == 0 and first["message"] == "success" and first["seq"] == "a1"
+    assert first["action"] == "get" and first["rule_name"] == "o2o" and first["app_name"] == "test"
+    assert re.fullmatch(r"\d(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])\d{4}", first["data"]), first["data"]
+    ids = [first["data"]] + [client.call(get())["data"] for _ in range(20)]
+    counters = [int(i[-4:]) for i in ids]
+    assert counters == sorted(counters) and len(set(ids)) == len(ids)
+
+    server.stop()
+    restarted = start_haqueue("-f", "0", *args, data_dir=str(data_dir))
+    try:
+        after = [client.call(get())["data"] for _ in range(5)]
+    finally:
+        restarted.stop()
+    assert not set(after) & set(ids)
+    assert [int(i[-4:]) for i in after] == list(range(counters[-1] + 1, counters[-1] + 6))
+
+
+def test_counter_rule_and_monitor(node):
+    _, client, *_ = node
+    values = [int(client.call(get("counter", "orders"))["data"]) for _ in range(5)]
+    assert values == list(range(values[0], values[0] + 5))
+    other_app = int(client.call(get("counter", "invoices"))["data"])
+    assert other_app == values[0]  # counters are per (rule, app)
+    report = client.call(json.dumps({"action": "monitor", "rule_name": "counter", "app_name": "orders",
+                                     "seq": 9}).encode())
+    assert report["code"] == 0 and report["seq"] == 9
+    assert report["data"]["counter"] == values[-1] and report["data"]["node_offset"] == 0
+    missing = client.call(json.dumps({"action": "monitor", "rule_name": "counter", "app_name": "none"}).encode())
+    assert (missing["code"], missing["error"]) == (-1, "not_exist")
+
+
+@pytest.mark.parametrize("datagram, error", [
+    (get(rule="nope"), "unknown_rule"),
+    (get(app="bad app"), "bad_request"),
+    (get(salt="abc"), "bad_request"),  # o2o has no {salt}
+    (json.dumps({"action": "delete", "rule_name": "o2o", "app_name": "test"}).encode(), "unknown_action"),
+    (json.dumps({"action": "get", "rule_name": "o2o", "pad": "x" * 20}).encode(), "bad_request"),
+])
+def test_bad_requests_get_their_error(node, datagram, error):
+    _, client, *_ = node
+    client.call(get())  # the node serves
+    reply = client.ask(datagram, timeout=2)
+    assert reply is not None and len(reply) <= 256
+    decoded = json.loads(reply)
+    assert decoded["code"] == -1 and decoded["error"] == error
+
+
+def test_junk_gets_silence_and_the_node_keeps_serving(node):
+    _, client, *_ = node
+    client.call(get())
+    for junk in (b"x", b"{}" * 30, b"\xff" * 100, b"[1,2,3]" + b" " * 50, b"{" + b"x" * 2000 + b"}"):
+        assert client.ask(junk, timeout=0.3) is None
+    assert client.call(get())["code"] == 0
+
+
+def http_id(admin_port: int, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{admin_port}{path}", timeout=5) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_http_form(node):
+    _, client, admin_port, *_ = node
+    udp = int(client.call(get("counter", "web"))["data"])
+    status, body = http_id(admin_port, "/id/counter/web?seq=7")
+    assert status == 200 and body["code"] == 0 and body["seq"] == "7"
+    assert int(body["data"]) == udp + 1
+    status, body = http_id(admin_port, "/id/counter/web/monitor")
+    assert status == 200 and body["data"]["counter"] == udp + 1
+    assert http_id(admin_port, "/id/nope/web")[0] == 404
+    assert http_id(admin_port, "/id/counter/bad%20app")[0] == 400
+    assert http_id(admin_port, "/id/counter")[0] == 400
+    assert http_id(admin_port, "/id/counter/web?salt=x")[0] == 400
