@@ -43,13 +43,20 @@ JOB_LIMITS = (0, 1, 5, 40, 65535)
 MAX_JOB_SIZE = 300  # the session target's -z: small, so JOB_TOO_BIG is reachable
 
 
-def check_codec(data: bytes) -> None:
+def split_input(data: bytes, limits: tuple[int, ...]) -> tuple[int, list[int], bytes] | None:
+    """A codec target's input: its first byte picks a size limit, its second how many of the
+    next bytes say where the stream is cut into reads; the rest is the stream."""
     if len(data) < 2:
-        return
-    limit = JOB_LIMITS[data[0] % len(JOB_LIMITS)]
+        return None
     ncuts = data[1] % 8
-    cuts = [b + 1 for b in data[2 : 2 + ncuts]]
-    stream = data[2 + ncuts :]
+    return limits[data[0] % len(limits)], [b + 1 for b in data[2:2 + ncuts]], data[2 + ncuts:]
+
+
+def check_codec(data: bytes) -> None:
+    split = split_input(data, JOB_LIMITS)
+    if split is None:
+        return
+    limit, cuts, stream = split
     whole = codec_events(stream, [], limit)
     assert_only_events(whole)
     assert codec_events(stream, cuts, limit) == whole
@@ -74,12 +81,10 @@ def gearman_events(stream: bytes, cuts: list[int], max_packet: int) -> list:
 
 def check_gearman_codec(data: bytes) -> None:
     """Only events; the same however the stream is cut; every packet re-encodes to itself."""
-    if len(data) < 2:
+    split = split_input(data, GEARMAN_LIMITS)
+    if split is None:
         return
-    limit = GEARMAN_LIMITS[data[0] % len(GEARMAN_LIMITS)]
-    ncuts = data[1] % 8
-    cuts = [b + 1 for b in data[2:2 + ncuts]]
-    stream = data[2 + ncuts:]
+    limit, cuts, stream = split
     whole = gearman_events(stream, [], limit)
     assert gearman_events(stream, cuts, limit) == whole
     for event in whole:
