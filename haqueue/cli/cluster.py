@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from haqueue import admin_client
-from haqueue.cli.main import load_cluster_file
+from haqueue.cli.user_errors import load_cluster_file
 
 COLUMNS = ("node", "reachable", "role", "term", "commit", "applied", "lag", "client_port", "leader")
 

@@ -18,7 +18,7 @@ import time
 
 import click
 
-from haqueue.cli.main import HaqueueError
+from haqueue.cli.user_errors import HaqueueError
 
 dir_option = click.option("--dir", "directory", default="/run/haqueue-lab", show_default=True,
                           type=click.Path(file_okay=False),

@@ -15,24 +15,6 @@ import click
 from haqueue import __version__
 
 
-class HaqueueError(click.ClickException):
-    """A problem the user can fix; shown as one line, exit status 1."""
-
-
-def load_cluster_file(path: str, node_id: str | None = None):
-    """The validated cluster file (and NODE in it), or one line naming the problem.
-
-    Returns the Cluster, or (Cluster, Node) when node_id is given.
-    """
-    from haqueue.cluster import ClusterFileError, load_cluster
-
-    try:
-        cluster = load_cluster(path)
-        return cluster if node_id is None else (cluster, cluster.node(node_id))
-    except ClusterFileError as exc:
-        raise HaqueueError(str(exc)) from None
-
-
 CONTEXT_SETTINGS = {"help_option_names": ["--help"]}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from haqueue import admin_client
-from haqueue.cli.main import HaqueueError, load_cluster_file
+from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 
 @click.group()

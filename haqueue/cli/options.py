@@ -16,7 +16,7 @@ from typing import Callable
 import click
 from click.core import ParameterSource
 
-from haqueue.cli.main import HaqueueError, load_cluster_file
+from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 from haqueue.cluster import Cluster
 from haqueue.ops import render
 

@@ -32,7 +32,7 @@ import ssl
 import click
 
 from haqueue import __version__
-from haqueue.cli.main import HaqueueError, load_cluster_file
+from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
 

@@ -26,7 +26,7 @@ import click
 
 from haqueue import admin_client
 from haqueue.cli.cluster import align
-from haqueue.cli.main import load_cluster_file
+from haqueue.cli.user_errors import load_cluster_file
 
 ALT_SCREEN_ON, ALT_SCREEN_OFF = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l"
 HOME, CLEAR_LINE, CLEAR_BELOW = "\x1b[H", "\x1b[K", "\x1b[J"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from haqueue.cli.main import HaqueueError
+from haqueue.cli.user_errors import HaqueueError
 
 
 @click.command()
