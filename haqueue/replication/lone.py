@@ -135,6 +135,13 @@ class LoneReplica:
                 journal.add(*before)
                 journal.add(*last)
             self._last_snapshot_index = applied
+        elif len(journal) and journal[0][1] > 1:
+            # Compacted against a snapshot that is gone: the entries before the
+            # journal's first exist nowhere, and replaying the rest would hand
+            # out their job ids again. Refuse, as a Raft node does (snapshot.py).
+            raise snapshot.SnapshotError(
+                f"the journal {journal.path} starts at entry {journal[0][1]} but there is no snapshot "
+                f"{self.dump_path}: the entries before it exist nowhere on this node")
         for command, idx, _term in journal.entries:
             if idx > applied:
                 entry = unframe(command)

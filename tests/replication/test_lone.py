@@ -129,3 +129,23 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pysyncobj", "cryptog
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_compacted_journal_without_its_snapshot_refuses_to_start(tmp_path):
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE, journal_limit=4096)
+
+    async def fill() -> None:
+        replica = open_replica(config, on_role_change=lambda *a: None, on_fatal=pytest.fail)
+        replica.start()
+        for n in range(40):
+            replica.submit(C.encode_batch(STAMP + n, [put(body=b"b" * 700)]), lambda applied: None)
+            while replica._snapshot_pid:
+                await asyncio.sleep(0.005)
+        replica.stop()
+
+    asyncio.run(fill())
+    os.unlink(tmp_path / "raft.snapshot")
+    from haqueue.replication.snapshot import SnapshotError
+
+    with pytest.raises(SnapshotError, match="starts at entry .* but there is no snapshot"):
+        LoneReplica(config, on_role_change=print, on_fatal=print)
