@@ -26,8 +26,8 @@ from haqueue.bench.load import BenchError
 
 KINDS = ("beanstalkd", "haqueue")
 HOST = "127.0.0.1"
-# A haqueue node listens only once it has elected itself leader (one Raft
-# election timeout, a few seconds at most); beanstalkd listens at once.
+# A haqueue node serves once it leads (a lone node at once, after reading its
+# journal and snapshot; a cluster member after an election); beanstalkd listens at once.
 READY_TIMEOUT = 30.0
 STOP_GRACE = 5.0
 PORT_ATTEMPTS = 3  # another process may take the free port between probe and bind

@@ -1,11 +1,12 @@
 """Listen first: a lone node's client socket, opened before anything heavy is imported.
 
 Client libraries' test harnesses start "beanstalkd" and connect after a fixed 0.1 s;
-beanstalkd listens within a few ms. Importing click, asyncio, pysyncobj and the rest and
-electing a one-node Raft cluster takes longer than that, so `haqueue serve` (and
+beanstalkd listens within a few ms. Importing click, asyncio and the server, and opening
+the journal, take longer than that, so `haqueue serve` (and
 `haqueue-beanstalkd`) bind and listen on the client address first, with nothing but the
 socket module loaded. The kernel completes connections into the listen backlog; the
-server accepts them once it leads and has applied its first entry, so a `put` sent early
+server accepts them once it serves (a lone node leads at once: replication/lone.py) and
+has applied its first entry, so a `put` sent early
 simply waits for its reply and is never answered before it is committed
 (docs/design.md I1).
 

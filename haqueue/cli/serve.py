@@ -15,7 +15,8 @@ haqueue's own flags bound what clients may hold (--max-connections,
 the client port (--tls-cert/--tls-key) and guard the admin port's /status
 (--admin-token); with --config they default to the cluster file's [limits],
 [tls] and cluster.admin_token, and a flag given here wins.
-A single node is a one-node Raft cluster: the same code path as three nodes.
+A single node is a cluster of one: the same log, journal, snapshots and core as
+three nodes, without Raft's machinery (haqueue/replication/lone.py).
 With --config FILE --node ID the node runs as part of the cluster the file
 describes. Like beanstalkd, a listening socket handed over by systemd socket
 activation (LISTEN_FDS/LISTEN_PID) is used instead of -l/-p (single node only).
