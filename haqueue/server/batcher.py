@@ -32,6 +32,18 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _cut(commands: list[tuple]) -> int:
+    """How many of `commands` fit one entry: at most MAX_BATCH_COMMANDS, and put
+    bodies of at most MAX_BATCH_BYTES; a single larger put still goes, with no other put."""
+    size = 0
+    for index, command in enumerate(commands[:MAX_BATCH_COMMANDS]):
+        if command[0] == C.PUT:
+            size += len(command[5])
+            if size > MAX_BATCH_BYTES and index > 0:
+                return index
+    return min(len(commands), MAX_BATCH_COMMANDS)
+
+
 class Batcher:
     def __init__(self, replica, loop: asyncio.AbstractEventLoop, on_applied) -> None:
         self.replica = replica  # haqueue.replication.replica.Replica, or a stand-in
@@ -62,7 +74,7 @@ class Batcher:
         while self.pending and self.in_flight < MAX_IN_FLIGHT and not self.closed:
             commands, conts = self.pending, self.pending_conts
             if len(commands) > MAX_BATCH_COMMANDS or self.pending_bytes > MAX_BATCH_BYTES:
-                cut = min(len(commands), MAX_BATCH_COMMANDS)
+                cut = _cut(commands)
                 commands, self.pending = commands[:cut], commands[cut:]
                 conts, self.pending_conts = conts[:cut], conts[cut:]
                 self.pending_bytes = sum(len(c[5]) for c in self.pending if c[0] == C.PUT)

@@ -11,10 +11,10 @@ import configparser
 import subprocess
 
 import pytest
-from ops_host_testlib import GOLDEN, assert_matches_golden, assert_one_line_error, run
 
 from haqueue.ops import bonding
 from haqueue.ops.check import FAIL, OK, WARN
+from tests.ops.ops_host_testlib import GOLDEN, assert_matches_golden, assert_one_line_error, run
 
 BONDED = "tests/ops/golden_host/bonded-cluster.toml"
 UNBONDED = "tests/ops/golden_host/cluster.toml"

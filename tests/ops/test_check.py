@@ -13,7 +13,11 @@ import json
 import re
 
 import pytest
-from ops_host_testlib import (
+
+from haqueue.cluster import parse_cluster
+from haqueue.ops import check
+from haqueue.ops.check import FAIL, OK, WARN, HostFacts, Keepalived, LeaderProbe, Link
+from tests.ops.ops_host_testlib import (
     NOT_ROOT,
     NOT_ROOT_REASON,
     add_address,
@@ -24,10 +28,6 @@ from ops_host_testlib import (
     ops_in_netns,
     set_sysctls,
 )
-
-from haqueue.cluster import parse_cluster
-from haqueue.ops import check
-from haqueue.ops.check import FAIL, OK, WARN, HostFacts, Keepalived, LeaderProbe, Link
 
 NODE = "198.18.0.11"
 VIP = "198.18.0.100"
@@ -355,7 +355,7 @@ def test_namespace_check_prints_a_table_without_json(host, tmp_path):
 
 
 def test_a_node_id_not_in_the_cluster_file_is_one_line(tmp_path):
-    from ops_host_testlib import assert_one_line_error, run
+    from tests.ops.ops_host_testlib import assert_one_line_error, run
 
     result = run("check", "--config", str(write_cluster(tmp_path)), "--node", "zz")
     assert_one_line_error(result, "no node or director 'zz'")

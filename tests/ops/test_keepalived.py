@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import http.server
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-# Sibling test helpers, importable whether or not tests/ops is a package.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from golden_tools import case_cluster, case_config_arg, check_golden  # noqa: E402
-from keepalived_tools import config_test, netns, require_root_tools  # noqa: E402
-
-from haqueue.cluster import ClusterFileError, parse_cluster  # noqa: E402
-from haqueue.ops import keepalived  # noqa: E402
+from haqueue.cluster import ClusterFileError, parse_cluster
+from haqueue.ops import keepalived
+from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
+from tests.ops.keepalived_tools import config_test, netns, require_root_tools
 
 CASES = ("vagrant", "tuned")
 

@@ -9,20 +9,14 @@ generated files promise (keepalived.timing) plus a margin for a loaded CI box.
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 
 import pytest
 
-# Sibling test helpers, importable whether or not tests/ops is a package.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from keepalived_tools import require_root_tools  # noqa: E402
-from vrrp_lab import Lab  # noqa: E402
-
-from haqueue.ops import keepalived  # noqa: E402
+from haqueue.ops import keepalived
+from tests.ops.keepalived_tools import require_root_tools
+from tests.ops.vrrp_lab import Lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.slow]
 

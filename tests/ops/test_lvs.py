@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-# Sibling test helpers, importable whether or not tests/ops is a package.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from golden_tools import case_cluster, case_config_arg, check_golden  # noqa: E402
-from keepalived_tools import config_test, netns, require_root_tools  # noqa: E402
-
-from haqueue.cluster import ClusterFileError, parse_cluster  # noqa: E402
-from haqueue.ops import lvs  # noqa: E402
+from haqueue.cluster import ClusterFileError, parse_cluster
+from haqueue.ops import lvs
+from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
+from tests.ops.keepalived_tools import config_test, netns, require_root_tools
 
 # (golden case, cluster file case, --mode)
 CASES = [("vagrant-dr", "vagrant", None), ("vagrant-tun", "vagrant", "tun"), ("tuned", "tuned", None), ("nat", "nat", None)]

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ops_host_testlib import (
+
+from tests.ops.ops_host_testlib import (
     NO_SYSCTL,
     NO_SYSCTL_REASON,
     NOT_ROOT,

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ops_host_testlib import (
+
+from haqueue.cluster import load_cluster, parse_cluster
+from haqueue.ops import sysctl
+from tests.ops.ops_host_testlib import (
     CLUSTER,
     CLUSTER_ARG,
     GOLDEN,
@@ -19,9 +22,6 @@ from ops_host_testlib import (
     netns,
     run,
 )
-
-from haqueue.cluster import load_cluster, parse_cluster
-from haqueue.ops import sysctl
 
 
 def rendered(role: str, cluster_path: Path | str = CLUSTER_ARG) -> str:

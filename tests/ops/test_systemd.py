@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import os
 import re
 import shutil
 import subprocess
@@ -14,13 +13,9 @@ from pathlib import Path
 
 import pytest
 
-# Sibling test helpers, importable whether or not tests/ops is a package.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from golden_tools import case_cluster, case_config_arg, check_golden  # noqa: E402
-
-from haqueue.cluster import parse_cluster  # noqa: E402
-from haqueue.ops import systemd  # noqa: E402
+from haqueue.cluster import parse_cluster
+from haqueue.ops import systemd
+from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
 
 CASES = ("vagrant", "tuned")
 KEEPALIVED_UNIT = Path("/lib/systemd/system/keepalived.service")

@@ -17,9 +17,9 @@ import subprocess
 import sys
 
 import pytest
-from ops_host_testlib import REPO
 
 from haqueue.cluster import load_cluster
+from tests.ops.ops_host_testlib import REPO
 
 VAGRANTFILE = REPO / "Vagrantfile"
 CLUSTER = REPO / "examples" / "vagrant-cluster.toml"

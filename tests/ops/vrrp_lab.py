@@ -19,11 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keepalived_tools import KEEPALIVED, SCRIPT_UID
-
 from haqueue.cluster import Cluster, parse_cluster
 from haqueue.lab.lab import wait_for
 from haqueue.ops import keepalived
+from tests.ops.keepalived_tools import KEEPALIVED, SCRIPT_UID
 
 SUBNET = "198.18.7"  # RFC 2544 benchmark range: never a real network
 VIP = f"{SUBNET}.100"

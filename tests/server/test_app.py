@@ -30,6 +30,16 @@ def client(srv, **kw) -> greenstalk.Client:
     return greenstalk.Client((srv.host, srv.port), **kw)
 
 
+def wait_for_stat(conn: RawConn, line: bytes, timeout: float = 5.0) -> None:
+    """Poll the server's `stats` until it shows `line`, bounded by a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn.send(b"stats\r\n")
+        if line in conn.recv_until(1):
+            return
+        assert time.monotonic() < deadline, f"stats never showed {line!r}"
+
+
 def test_greenstalk_drives_a_full_job_lifecycle(server):
     with client(server, use="emails", watch=["emails"]) as c:
         first = c.put(b"hello", priority=10, ttr=30)
@@ -68,7 +78,8 @@ def test_pipelined_puts_are_answered_in_order_with_increasing_ids(server):
 def test_a_blocking_reserve_is_woken_by_a_put_on_another_connection(server):
     with RawConn(server.host, server.port) as worker, RawConn(server.host, server.port) as producer:
         worker.send(b"reserve\r\n")
-        time.sleep(0.05)  # let the reserve start waiting; the assertion below does not depend on it
+        # The put must come after the reserve waits, or it would not test the wake-up.
+        wait_for_stat(producer, b"current-waiting: 1\n")
         producer.send(b"put 0 0 60 2\r\nhi\r\n")
         assert producer.recv_until(1).startswith(b"INSERTED")
         assert worker.recv_until(1, timeout=3).endswith(b"\r\nhi\r\n")
