@@ -23,7 +23,7 @@
 # Every generated file carries `# install as: PATH` in its header; this script
 # puts it there, so destinations are written once, by the generator.
 # Steps: packages -> venv -> users -> cluster file -> sysctl.d -> keepalived,
-# LVS and systemd files -> real-server scripts -> services. Re-running it is safe.
+# LVS and systemd files -> services. Re-running it is safe.
 set -euo pipefail
 
 prog=${0##*/}
@@ -117,6 +117,8 @@ say "$id: role $role, interface $interface, VIP $vip${destdir:+, under $destdir}
 # -- 3. users (and the directors' ipvsadm, to inspect ip_vs)
 if [ -z "$destdir" ]; then
   if [ "$role" = director ]; then apt_install ipvsadm; fi
+  # TUN real servers clamp the MSS of their SYN-ACKs with an iptables rule.
+  if [ "$role" = realserver ] && [ "$lvs_mode" = tun ]; then apt_install iptables; fi
   getent passwd "$user" >/dev/null \
     || run useradd --system --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$user"
   if [ "$role" != realserver ]; then
@@ -196,8 +198,10 @@ case $role in
     needed=("keepalived-$id.conf:gen-keepalived" haqueue-leader-check.sh:gen-keepalived
             "haqueue-$id.service:gen-systemd" "keepalived-haqueue-$id.conf:gen-systemd") ;;
   realserver)
-    # No keepalived here: the directors hold the VIP.
-    needed=("haqueue-$id.service:gen-systemd") ;;
+    # No keepalived here: the directors hold the VIP. The real-server unit first,
+    # so the VIP's real-server side is in place before haqueue serves it.
+    needed=("lvs-realserver-$id.sh:gen-lvs" "haqueue-lvs-realserver-$id.service:gen-systemd"
+            "haqueue-$id.service:gen-systemd") ;;
   director)
     needed=("keepalived-$id.conf:gen-lvs" lvs-director.sh:gen-lvs modprobe-ip_vs.conf:gen-lvs
             "keepalived-haqueue-director-$id.conf:gen-systemd") ;;
@@ -212,26 +216,7 @@ for item in "${needed[@]}"; do
   esac
 done
 
-# -- 7. the real-server side of LVS: scripts and units from ops/, the VIP in an env file
-if [ "$role" = realserver ]; then
-  place "$here/realserver-arp.sh" /usr/local/lib/haqueue/realserver-arp.sh 0755
-  place "$here/haqueue-realserver.service" /etc/systemd/system/haqueue-realserver.service 0644
-  # First: the VIP must be on lo before haqueue serves it.
-  units=(haqueue-realserver.service "${units[@]}")
-  {
-    echo "# written by ops/install.sh from $config_path"
-    echo "HAQUEUE_VIP=$vip"
-    echo "HAQUEUE_TUNNEL_DEV=$interface"
-  } >"$work/realserver.env"
-  place "$work/realserver.env" /etc/haqueue/realserver.env 0644
-  if [ "$lvs_mode" = tun ]; then
-    place "$here/tunnel.sh" /usr/local/lib/haqueue/tunnel.sh 0755
-    place "$here/haqueue-tunnel.service" /etc/systemd/system/haqueue-tunnel.service 0644
-    units=(haqueue-tunnel.service "${units[@]}")
-  fi
-fi
-
-# -- 8. apply and start everything
+# -- 7. apply and start everything
 if [ -z "$destdir" ]; then
   if [ "$role" = director ]; then
     # After modprobe.d is in place (conn_tab_bits is read at load) and before

@@ -74,11 +74,13 @@ def gen_lvs(ctx: click.Context, config_path: str, output: str, node_id: str | No
 @click.pass_context
 @one_line_errors(ClusterFileError)
 def gen_systemd(ctx: click.Context, config_path: str, output: str, node_id: str | None) -> None:
-    """Render haqueue.service + keepalived drop-ins.
+    """Render haqueue, keepalived and LVS real-server units.
 
     Per node: the hardened haqueue unit, and a keepalived drop-in with a
     start-up delay after haqueue and Restart=always. Per LVS director: a
-    keepalived drop-in (after the network, Restart=always).
+    keepalived drop-in (after the network, lvs-director.sh first,
+    Restart=always). With directors, per node: the unit running gen-lvs's
+    lvs-realserver.sh before haqueue.
     """
     from haqueue.ops import systemd
 

@@ -315,7 +315,7 @@ def _vip_rows(cluster: Cluster, member: Node, role: str, facts: HostFacts, lvs_m
                 rows.append(Row(name, OK, "absent (NAT mode: the director holds it)"))
         elif not on_lo:
             rows.append(Row(name, FAIL, f"not on lo: in {lvs_mode.upper()} mode packets for the VIP arrive "
-                                        "unchanged and are dropped (run ops/realserver-arp.sh)"))
+                                        "unchanged and are dropped (run lvs-realserver.sh start from gen-lvs)"))
         elif on_lo[0].network.prefixlen != 32:
             rows.append(Row(name, FAIL, f"on lo as {on_lo[0].with_prefixlen}: must be /32, a wider prefix "
                                         "on lo makes the whole subnet local to this host"))

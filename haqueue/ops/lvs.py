@@ -39,6 +39,13 @@ IPIP_OVERHEAD = 20  # the outer IPv4 header the director adds in TUN mode
 TCP_IP_HEADERS = 40  # MSS = MTU - 20 (IP) - 20 (TCP)
 
 DIRECTOR_SCRIPT = "lvs-director.sh"
+DIRECTOR_SCRIPT_PATH = f"/usr/local/sbin/{DIRECTOR_SCRIPT}"
+REALSERVER_SCRIPT_PATH = "/usr/local/sbin/lvs-realserver.sh"
+
+# DR and TUN: ARP quiet for the VIP before it goes on lo (see the script's comment).
+ARP_QUIET = """\
+    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.lo.arp_ignore=1
+    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.lo.arp_announce=2"""
 MODPROBE_FILE = "modprobe-ip_vs.conf"
 
 
@@ -179,8 +186,8 @@ def render_director_script(cluster: Cluster, mode: str, command: str) -> str:
     body = f"""#!/bin/bash
 #
 # {DIRECTOR_SCRIPT} start: prepare an LVS director of cluster {cluster.name!r} ({mode.upper()} mode)
-# for keepalived. Idempotent; run it before keepalived starts (the gen-systemd
-# keepalived drop-in does not, wire it in with ExecStartPre= if you like).
+# for keepalived. Idempotent; the director's keepalived drop-in from
+# `haqueue ops gen-systemd` runs it before every keepalived start.
 # The persistent sysctl.d file for this role comes from `haqueue ops gen-sysctl`.
 set -euo pipefail
 
@@ -202,7 +209,7 @@ start)
     ;;
 esac
 """
-    return with_header(body, header(command, install=f"/usr/local/sbin/{DIRECTOR_SCRIPT} on both directors"))
+    return with_header(body, header(command, install=f"{DIRECTOR_SCRIPT_PATH} on both directors"))
 
 
 def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> str:
@@ -215,32 +222,35 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
 # announced. arp_ignore=1 answers ARP only for addresses on the interface
 # asked; arp_announce=2 never uses the VIP as the source of our own ARP
 # requests. Without them this node would answer ARP for the VIP and steal it
-# from the directors. (The kernel uses the larger of all.* and IFACE.*.)"""
-        start = f"""    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.{iface}.arp_ignore=1
-    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.{iface}.arp_announce=2
+# from the directors. The kernel uses the larger of all.* and IFACE.*, so `all`
+# covers every interface (and needs none of them to exist yet at boot); `lo` is
+# set too, as the LVS recipe, gen-sysctl and `haqueue ops check` have it.
+# The sysctls come first: the moment the VIP is on lo without them, this node
+# would answer ARP for it."""
+        start = f"""{ARP_QUIET}
     ip addr replace "$VIP/32" dev lo"""
         stop = """    ip addr del "$VIP/32" dev lo 2>/dev/null || true"""
     elif mode == "tun":
         what = f"""# TUN: the directors wrap each client packet in IPIP (a {IPIP_OVERHEAD}-byte outer header)
 # and send it to this node's address; tunl0 unwraps it and the VIP must be a
-# local address (on tunl0, /32). Replies go straight to the client from the VIP.
-# - arp_ignore=1 / arp_announce=2 as in DR: never answer ARP for the VIP.
+# local address (on lo, /32, as in DR and as `haqueue ops check` expects).
+# Replies go straight to the client from the VIP.
+# - arp_ignore=1 / arp_announce=2 on all and lo as in DR: never answer ARP for the VIP.
 # - rp_filter=2 (loose) on tunl0: unwrapped packets come from client addresses
 #   that are routed via {iface}, which strict mode (1) would drop.
 # - MTU/MSS lowered by {IPIP_OVERHEAD} bytes: a full-size client segment plus the outer
 #   header would not fit the director-to-node link. tunl0 gets MTU-{IPIP_OVERHEAD}, and SYN-ACKs
 #   from VIP:{port} announce MSS = MTU - {IPIP_OVERHEAD} - {TCP_IP_HEADERS}, so clients never send more."""
         start = f"""    modprobe ipip
-    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.{iface}.arp_ignore=1
-    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.{iface}.arp_announce=2
+{ARP_QUIET}
+    ip addr replace "$VIP/32" dev lo
     mtu=$(cat "/sys/class/net/{iface}/mtu")
     ip link set tunl0 up mtu $(( mtu - {IPIP_OVERHEAD} ))
     sysctl -q -w net.ipv4.conf.tunl0.rp_filter=2
-    ip addr replace "$VIP/32" dev tunl0
     mss=$(( mtu - {IPIP_OVERHEAD} - {TCP_IP_HEADERS} ))
     rule=(OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
     iptables -t mangle -C "${{rule[@]}}" 2>/dev/null || iptables -t mangle -A "${{rule[@]}}\""""
-        stop = f"""    ip addr del "$VIP/32" dev tunl0 2>/dev/null || true
+        stop = f"""    ip addr del "$VIP/32" dev lo 2>/dev/null || true
     mtu=$(cat "/sys/class/net/{iface}/mtu")
     mss=$(( mtu - {IPIP_OVERHEAD} - {TCP_IP_HEADERS} ))
     iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN \\
@@ -276,7 +286,7 @@ stop)
     ;;
 esac
 """
-    return with_header(body, header(command, install=f"/usr/local/sbin/lvs-realserver.sh on {node.id} ({node.address})"))
+    return with_header(body, header(command, install=f"{REALSERVER_SCRIPT_PATH} on {node.id} ({node.address})"))
 
 
 def render(cluster: Cluster, node_id: str | None, mode: str | None, command: str) -> list[RenderedFile]:

@@ -322,9 +322,9 @@ _NAT_NOTE = (
 
 _TUN_NOTE = (
     "TUN mode: decapsulated packets arrive on tunl0 with the client's source address, which "
-    "strict reverse-path filtering drops. ops/tunnel.sh sets rp_filter=0 on tunl0 and lowers "
-    "the MTU by the 20-byte IPIP header; tunl0 exists only after the ipip module loads, which "
-    "is why it is not set here."
+    "strict reverse-path filtering drops. The lvs-realserver.sh gen-lvs renders sets loose "
+    "rp_filter (2) on tunl0 and lowers its MTU and the advertised MSS by the 20-byte IPIP "
+    "header; tunl0 exists only after the ipip module loads, which is why it is not set here."
 )
 
 

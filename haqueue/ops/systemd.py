@@ -14,8 +14,15 @@ Owns `gen-systemd`'s output, per node:
 
 Per director (`[[directors]]`, if any): `keepalived-haqueue-director-ID.conf`
 (install as /etc/systemd/system/keepalived.service.d/haqueue.conf): keepalived
-after the network is online plus the same settle time, restarted always. A
-director runs no haqueue; its keepalived holds the VIP and the IPVS table.
+after the network is online plus the same settle time, `lvs-director.sh start`
+(from gen-lvs: ip_vs loaded, forwarding on) before every start, restarted
+always. A director runs no haqueue; its keepalived holds the VIP and the IPVS
+table with the config gen-lvs renders.
+
+Per queue node of a cluster with directors (the nodes are LVS real servers):
+`haqueue-lvs-realserver-ID.service` (install as
+/etc/systemd/system/haqueue-lvs-realserver.service), a oneshot running gen-lvs's
+`lvs-realserver.sh start` before haqueue and `stop` when stopped.
 
 Why `Restart=always` for keepalived: SIGTERM makes keepalived release the VIP
 and exit cleanly, and with leadership unchanged no other node takes it (they
@@ -31,6 +38,7 @@ and [keepalived] tables (validated there: no spaces or quotes to escape).
 from __future__ import annotations
 
 from haqueue.cluster import Cluster, Node
+from haqueue.ops.lvs import DIRECTOR_SCRIPT_PATH, REALSERVER_SCRIPT_PATH
 from haqueue.ops.render import RenderedFile, header, short_number
 
 STATE_ROOT = "/var/lib/"
@@ -48,6 +56,10 @@ def dropin_file(node: Node) -> str:
 
 def director_dropin_file(director: Node) -> str:
     return f"keepalived-haqueue-director-{director.id}.conf"
+
+
+def realserver_unit_file(node: Node) -> str:
+    return f"haqueue-lvs-realserver-{node.id}.service"
 
 
 def render_unit(cluster: Cluster, node: Node, command: str) -> str:
@@ -174,6 +186,9 @@ def render_director_dropin(cluster: Cluster, director: Node, command: str) -> st
         f"# Settle for {short_number(k.start_delay)} s ([keepalived] start_delay) once the network is online,",
         "# so a rebooted director's interfaces and routes are up before VRRP runs.",
         *([f"ExecStartPre=/bin/sleep {short_number(k.start_delay)}"] if k.start_delay > 0 else []),
+        "# ip_vs and its scheduler loaded, forwarding on: what the director needs besides",
+        "# keepalived (gen-lvs renders the script). Idempotent, so on every (re)start.",
+        f"ExecStartPre={DIRECTOR_SCRIPT_PATH} start",
         f"TimeoutStartSec={int(k.start_delay) + 30}",
         "# Always restart, also after a clean exit: after SIGTERM the other director takes the",
         "# VIP, and this one stays out of the pair (no spare) until keepalived runs again;",
@@ -186,8 +201,33 @@ def render_director_dropin(cluster: Cluster, director: Node, command: str) -> st
     return header(command, install=install) + "\n".join(lines) + "\n"
 
 
+def render_realserver_unit(cluster: Cluster, node: Node, command: str) -> str:
+    lines = [
+        "[Unit]",
+        f"Description=haqueue LVS real server {node.id} of cluster {cluster.name}: the VIP's real-server side",
+        "# After the network is online (the script's TUN mode reads the interface's MTU);",
+        "# before haqueue, so the VIP is local by the time the leader serves it. The script",
+        "# makes the host ARP-quiet before the VIP goes on lo, so no window answers ARP for it.",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "Before=haqueue.service",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        f"ExecStart={REALSERVER_SCRIPT_PATH} start",
+        f"ExecStop={REALSERVER_SCRIPT_PATH} stop",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    install = f"/etc/systemd/system/haqueue-lvs-realserver.service on {node.id} ({node.address})"
+    return header(command, install=install) + "\n".join(lines) + "\n"
+
+
 def render(cluster: Cluster, node_id: str | None, command: str) -> list[RenderedFile]:
-    """Every queue node's and director's files, or one member's (`node_id`)."""
+    """Every queue node's and director's files, or one member's (`node_id`); with
+    directors, each node also gets its LVS real-server unit."""
     directors = {d.id: d for d in cluster.directors}
     if node_id in directors:
         director = directors[node_id]
@@ -197,6 +237,8 @@ def render(cluster: Cluster, node_id: str | None, command: str) -> list[Rendered
     for node in nodes:
         files.append(RenderedFile(unit_file(node), render_unit(cluster, node, command)))
         files.append(RenderedFile(dropin_file(node), render_dropin(cluster, node, command)))
+        if cluster.directors:
+            files.append(RenderedFile(realserver_unit_file(node), render_realserver_unit(cluster, node, command)))
     if node_id is None:
         for director in cluster.directors:
             files.append(RenderedFile(director_dropin_file(director),

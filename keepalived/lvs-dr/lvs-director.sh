@@ -4,8 +4,8 @@
 # install as: /usr/local/sbin/lvs-director.sh on both directors
 #
 # lvs-director.sh start: prepare an LVS director of cluster 'orders' (DR mode)
-# for keepalived. Idempotent; run it before keepalived starts (the gen-systemd
-# keepalived drop-in does not, wire it in with ExecStartPre= if you like).
+# for keepalived. Idempotent; the director's keepalived drop-in from
+# `haqueue ops gen-systemd` runs it before every keepalived start.
 # The persistent sysctl.d file for this role comes from `haqueue ops gen-sysctl`.
 set -euo pipefail
 

@@ -12,14 +12,18 @@
 # announced. arp_ignore=1 answers ARP only for addresses on the interface
 # asked; arp_announce=2 never uses the VIP as the source of our own ARP
 # requests. Without them this node would answer ARP for the VIP and steal it
-# from the directors. (The kernel uses the larger of all.* and IFACE.*.)
+# from the directors. The kernel uses the larger of all.* and IFACE.*, so `all`
+# covers every interface (and needs none of them to exist yet at boot); `lo` is
+# set too, as the LVS recipe, gen-sysctl and `haqueue ops check` have it.
+# The sysctls come first: the moment the VIP is on lo without them, this node
+# would answer ARP for it.
 set -euo pipefail
 VIP=192.168.56.100
 
 case "${1:-start}" in
 start)
-    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.eth1.arp_ignore=1
-    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.eth1.arp_announce=2
+    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.lo.arp_ignore=1
+    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.lo.arp_announce=2
     ip addr replace "$VIP/32" dev lo
     ;;
 stop)

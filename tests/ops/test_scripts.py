@@ -1,15 +1,14 @@
 """The deployable scripts in ops/: lint, run for real in namespaces, and install into a DESTDIR.
 
 Every script in ops/ and every shell-sourced file the host generators render
-passes `bash -n` and shellcheck. realserver-arp.sh and tunnel.sh run inside a
-network namespace; install.sh runs end to end into a DESTDIR (packages, users
-and services are the only steps it skips there), and systemd-analyze verifies
-the units it placed.
+passes `bash -n` and shellcheck. install.sh runs end to end into a DESTDIR
+(packages, users and services are the only steps it skips there), and
+systemd-analyze verifies the units it placed. The LVS real-server side is
+rendered by gen-lvs and gen-systemd (tests/ops/test_lvs.py runs it), not shipped.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,33 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.ops_host_testlib import (
-    NO_SYSCTL,
-    NO_SYSCTL_REASON,
-    NOT_ROOT,
-    NOT_ROOT_REASON,
-    REPO,
-    add_veth,
-    in_netns,
-    ipr,
-    netns,
-    ops_in_netns,
-    run,
-)
+from tests.ops.ops_host_testlib import REPO, run
 
 OPS = REPO / "ops"
 SCRIPTS = sorted(p for p in OPS.iterdir() if p.suffix == ".sh")
-UNITS = sorted(p for p in OPS.iterdir() if p.suffix == ".service")
 VAGRANT_CLUSTER = REPO / "examples" / "vagrant-cluster.toml"
-VIP = "198.18.0.100"
 
-needs_root = pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
 needs_shellcheck = pytest.mark.skipif(shutil.which("shellcheck") is None,
                                       reason="shellcheck is not installed (scripts/setup installs it)")
 
 
 def test_ops_has_the_deploy_scripts():
-    assert {p.name for p in SCRIPTS} >= {"install.sh", "realserver-arp.sh", "tunnel.sh"}
+    assert {p.name for p in SCRIPTS} >= {"install.sh", "render-examples.sh"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -89,12 +73,6 @@ def one_line_failure(result: subprocess.CompletedProcess, fragment: str) -> None
 @pytest.mark.parametrize(
     "script, args, fragment",
     [
-        ("realserver-arp.sh", [], "usage: realserver-arp.sh up|down|status VIP"),
-        ("realserver-arp.sh", ["up", "192.168.56.100/24"], "is not an IPv4 address"),
-        ("realserver-arp.sh", ["sideways", "192.168.56.100"], "usage:"),
-        ("tunnel.sh", ["up", "192.168.56.100"], "usage: tunnel.sh up|down VIP DEV [BASE_MTU]"),
-        ("tunnel.sh", ["up", "192.168.56.100", "lo", "70000"], "BASE_MTU '70000' must be"),
-        ("tunnel.sh", ["up", "192.168.56.100", "nosuchdev0"], "no interface 'nosuchdev0'"),
         ("install.sh", [], "--config FILE is required"),
         ("install.sh", ["--config", "/nonexistent.toml", "--id", "n1"], "no such file"),
         ("install.sh", ["--bogus"], "unknown argument '--bogus'"),
@@ -103,76 +81,6 @@ def one_line_failure(result: subprocess.CompletedProcess, fragment: str) -> None
 def test_bad_arguments_fail_with_one_line_before_changing_anything(script, args, fragment):
     result = subprocess.run([str(OPS / script), *args], capture_output=True, text=True, timeout=20)
     one_line_failure(result, fragment)
-
-
-# -- realserver-arp.sh and tunnel.sh, for real, in a namespace ---------------------
-
-def lo_addresses(ns: str) -> set[str]:
-    with ipr(ns) as ip:
-        idx = ip.link_lookup(ifname="lo")[0]
-        return {f"{a.get('address')}/{a['prefixlen']}" for a in ip.get_addr(index=idx, family=2)}
-
-
-@needs_root
-@pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
-def test_realserver_arp_puts_the_vip_on_lo_arp_quiet_and_ops_check_agrees(tmp_path):
-    cluster = tmp_path / "cluster.toml"
-    cluster.write_text(
-        f'[cluster]\nname = "t"\nvip = "{VIP}/24"\nsecret = "s"\n'
-        '[[nodes]]\nid = "n1"\naddress = "198.18.0.11"\ninterface = "eth1"\npriority = 2\n'
-        '[[nodes]]\nid = "n2"\naddress = "198.18.0.12"\ninterface = "eth1"\npriority = 1\n'
-        '[[directors]]\nid = "d1"\naddress = "198.18.0.2"\ninterface = "eth1"\npriority = 2\n'
-    )
-    script = str(OPS / "realserver-arp.sh")
-    with netns() as ns:
-        add_veth(ns, "eth1", "198.18.0.11/24")
-        assert in_netns(ns, [script, "status", VIP]).returncode == 1
-        for _ in range(2):  # idempotent
-            up = in_netns(ns, [script, "up", VIP])
-            assert up.returncode == 0, up.stderr
-        assert f"{VIP}/32" in lo_addresses(ns)
-        status = in_netns(ns, [script, "status", VIP])
-        assert status.returncode == 0, status.stdout
-        report = ops_in_netns(ns, "check", "--config", str(cluster), "--json")
-        rows = {r["check"]: r for r in json.loads(report.stdout)["rows"]}
-        assert rows[f"vip {VIP}"]["status"] == "OK"
-        for key in ("all.arp_ignore", "lo.arp_ignore", "all.arp_announce", "lo.arp_announce"):
-            assert rows[f"sysctl net.ipv4.conf.{key}"]["status"] == "OK", rows
-        down = in_netns(ns, [script, "down", VIP])
-        assert down.returncode == 0, down.stderr
-        assert f"{VIP}/32" not in lo_addresses(ns)
-        assert in_netns(ns, [script, "status", VIP]).returncode == 1
-
-
-def mtu(ns: str, ifname: str) -> int:
-    with ipr(ns) as ip:
-        return ip.get_links(ifname=ifname)[0].get("mtu")
-
-
-@needs_root
-@pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
-def test_tunnel_lowers_the_mtu_by_the_ipip_header_or_refuses_without_ipip():
-    script = str(OPS / "tunnel.sh")
-    with netns() as ns:
-        add_veth(ns, "eth1", "198.18.0.11/24")
-        assert mtu(ns, "eth1") == 1500
-        up = in_netns(ns, [script, "up", VIP, "eth1"])
-        with ipr(ns) as ip:
-            has_tunl0 = bool(ip.link_lookup(ifname="tunl0"))
-        if up.returncode == 0:
-            assert has_tunl0
-            assert mtu(ns, "eth1") == 1480
-            assert "advertised MSS 1440" in up.stdout
-            assert in_netns(ns, ["cat", "/proc/sys/net/ipv4/conf/tunl0/rp_filter"]).stdout.strip() == "0"
-            assert in_netns(ns, [script, "up", VIP, "eth1"]).returncode == 0
-            assert mtu(ns, "eth1") == 1480  # computed from the base, not lowered twice
-        else:
-            # This kernel has no ipip: the script says so and changes nothing.
-            one_line_failure(up, "no tunl0: this kernel has no ipip module")
-            assert not has_tunl0 and mtu(ns, "eth1") == 1500
-        down = in_netns(ns, [script, "down", VIP, "eth1"])
-        assert down.returncode == 0, down.stderr
-        assert mtu(ns, "eth1") == 1500
 
 
 # -- install.sh into a DESTDIR ---------------------------------------------------
@@ -207,9 +115,8 @@ def files_under(root: Path) -> dict[str, int]:
         }),
         ("n2", "realserver", {
             "/etc/sysctl.d/60-haqueue-realserver.conf": 0o644,
-            "/usr/local/lib/haqueue/realserver-arp.sh": 0o755,
-            "/etc/systemd/system/haqueue-realserver.service": 0o644,
-            "/etc/haqueue/realserver.env": 0o644,
+            "/usr/local/sbin/lvs-realserver.sh": 0o755,
+            "/etc/systemd/system/haqueue-lvs-realserver.service": 0o644,
             "/etc/systemd/system/haqueue.service": 0o644,
         }),
         ("d1", "director", {
@@ -245,8 +152,11 @@ def test_install_places_each_rendered_file_where_its_header_says(tmp_path, rende
         conf = (root / "etc/keepalived/keepalived.conf").read_text()
         assert f"on {member} (" in conf.splitlines()[2] or f"on director {member} (" in conf.splitlines()[2]
     else:
-        env = (root / "etc/haqueue/realserver.env").read_text()
-        assert "HAQUEUE_VIP=192.168.56.100\n" in env and "HAQUEUE_TUNNEL_DEV=eth1\n" in env
+        # This node's rendered real-server script, and the unit that runs it before haqueue.
+        script = (root / "usr/local/sbin/lvs-realserver.sh").read_text()
+        assert f"on queue node {member}\n" in script and "VIP=192.168.56.100\n" in script
+        unit = (root / "etc/systemd/system/haqueue-lvs-realserver.service").read_text()
+        assert "ExecStart=/usr/local/sbin/lvs-realserver.sh start\n" in unit
 
 
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -260,9 +170,16 @@ def test_installed_realserver_units_pass_systemd_analyze_verify(tmp_path):
     root = tmp_path / "root"
     result = install("--config", str(cluster), "--id", "n1", "--role", "realserver", "--destdir", str(root))
     assert result.returncode == 0, result.stderr
-    units = sorted((root / "etc/systemd/system").glob("haqueue-*.service"))
-    assert [u.name for u in units] == ["haqueue-realserver.service", "haqueue-tunnel.service"]
-    assert (root / "usr/local/lib/haqueue/tunnel.sh").stat().st_mode & 0o111
+    units = sorted((root / "etc/systemd/system").glob("haqueue*.service"))
+    assert [u.name for u in units] == ["haqueue-lvs-realserver.service", "haqueue.service"]
+    script = root / "usr/local/sbin/lvs-realserver.sh"
+    assert script.stat().st_mode & 0o111 and "TUN mode" in script.read_text()
+    # verify wants ExecStart's program under the root; with --destdir install.sh
+    # installs no venv, so stand in for the haqueue entry point.
+    stand_in = root / "usr/local/bin/haqueue"
+    stand_in.parent.mkdir(parents=True, exist_ok=True)
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
     # The targets and slices the units depend on, from this machine's systemd.
     shutil.copytree(SYSTEM_UNITS, root / SYSTEM_UNITS.relative_to("/"), symlinks=True)
     for unit in units:

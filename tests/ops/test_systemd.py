@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from haqueue.cluster import parse_cluster
-from haqueue.ops import systemd
+from haqueue.ops import lvs, systemd
 from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
 
 CASES = ("vagrant", "tuned")
@@ -80,8 +80,52 @@ def test_every_director_dropin_passes_systemd_analyze_verify(tmp_path):
         dropin = text_of(files, systemd.director_dropin_file(director))
         assert "Restart=always" in dropin and "After=network-online.target" in dropin
         assert "haqueue.service" not in dropin  # a director runs no haqueue
+        # verify insists that ExecStartPre's program exists (the rest is the golden text).
+        dropin = dropin.replace(lvs.DIRECTOR_SCRIPT_PATH, shutil.which("true"))
         (root / "keepalived.service.d" / "haqueue.conf").write_text(dropin)
         assert verify(root / "keepalived.service", unit_path=root) == [], director.id
+
+
+def test_a_director_gets_keepalived_with_the_lvs_config_and_the_director_script_first():
+    """gen-systemd covers the directors: keepalived (which reads the gen-lvs config at
+    /etc/keepalived/keepalived.conf) restarted always, lvs-director.sh before it starts."""
+    cluster, files = rendered("vagrant")
+    lvs_files = {f.name: f.text for f in lvs.render(cluster, None, None, "x")}
+    for director in cluster.directors:
+        dropin = text_of(files, systemd.director_dropin_file(director))
+        assert "install as: /etc/systemd/system/keepalived.service.d/haqueue.conf on director" in dropin
+        assert f"ExecStartPre={lvs.DIRECTOR_SCRIPT_PATH} start\n" in dropin
+        assert "Restart=always\n" in dropin
+        # The script the drop-in runs and the config keepalived reads are what gen-lvs installs there.
+        assert f"install as: {lvs.DIRECTOR_SCRIPT_PATH} on both directors" in lvs_files[lvs.DIRECTOR_SCRIPT]
+        conf = lvs_files[f"keepalived-{director.id}.conf"]
+        assert "install as: /etc/keepalived/keepalived.conf on director " + director.id in conf
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_every_real_server_unit_runs_the_lvs_script_before_haqueue_and_passes_verify(tmp_path):
+    cluster, files = rendered("vagrant")
+    lvs_files = {f.name: f.text for f in lvs.render(cluster, None, None, "x")}
+    for node in cluster.nodes:
+        text = text_of(files, systemd.realserver_unit_file(node))
+        assert f"ExecStart={lvs.REALSERVER_SCRIPT_PATH} start\n" in text
+        assert f"ExecStop={lvs.REALSERVER_SCRIPT_PATH} stop\n" in text
+        assert "Before=haqueue.service\n" in text and "RemainAfterExit=yes\n" in text
+        assert "install as: /etc/systemd/system/haqueue-lvs-realserver.service on " + node.id in text
+        assert (f"install as: {lvs.REALSERVER_SCRIPT_PATH} on {node.id}"
+                in lvs_files[lvs.realserver_script(node)])
+        unit = tmp_path / f"{node.id}-haqueue-lvs-realserver.service"
+        unit.write_text(text.replace(lvs.REALSERVER_SCRIPT_PATH, shutil.which("true")))
+        assert verify(unit) == [], node.id
+
+
+def test_without_directors_no_real_server_unit_is_rendered():
+    text = open(case_cluster("vagrant").source).read().split("[[directors]]")[0]
+    cluster = parse_cluster(text, source="c.toml")
+    assert not cluster.directors
+    names = [f.name for f in systemd.render(cluster, None, "x")]
+    assert "haqueue-n1.service" in names
+    assert not any(name.startswith("haqueue-lvs-realserver-") for name in names)
 
 
 def test_a_director_id_renders_only_that_directors_dropin():

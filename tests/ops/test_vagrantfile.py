@@ -181,6 +181,8 @@ def test_provisioning_command_installs_the_committed_configs_into_a_destdir(tmp_
     if member.startswith("d"):
         assert f"on director {member} (" in conf.read_text()
     elif lvs:
-        assert not conf.exists() and (root / "etc/systemd/system/haqueue-realserver.service").exists()
+        # The rendered real-server side from keepalived/, and the unit that runs it.
+        assert not conf.exists() and (root / "etc/systemd/system/haqueue-lvs-realserver.service").exists()
+        assert f"on queue node {member}\n" in (root / "usr/local/sbin/lvs-realserver.sh").read_text()
     else:
         assert f"on {member} (" in conf.read_text()

@@ -9,8 +9,9 @@
 #
 # TUN: the directors wrap each client packet in IPIP (a 20-byte outer header)
 # and send it to this node's address; tunl0 unwraps it and the VIP must be a
-# local address (on tunl0, /32). Replies go straight to the client from the VIP.
-# - arp_ignore=1 / arp_announce=2 as in DR: never answer ARP for the VIP.
+# local address (on lo, /32, as in DR and as `haqueue ops check` expects).
+# Replies go straight to the client from the VIP.
+# - arp_ignore=1 / arp_announce=2 on all and lo as in DR: never answer ARP for the VIP.
 # - rp_filter=2 (loose) on tunl0: unwrapped packets come from client addresses
 #   that are routed via eth1, which strict mode (1) would drop.
 # - MTU/MSS lowered by 20 bytes: a full-size client segment plus the outer
@@ -23,18 +24,18 @@ PORT=11300
 case "${1:-start}" in
 start)
     modprobe ipip
-    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.eth1.arp_ignore=1
-    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.eth1.arp_announce=2
+    sysctl -q -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.lo.arp_ignore=1
+    sysctl -q -w net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.lo.arp_announce=2
+    ip addr replace "$VIP/32" dev lo
     mtu=$(cat "/sys/class/net/eth1/mtu")
     ip link set tunl0 up mtu $(( mtu - 20 ))
     sysctl -q -w net.ipv4.conf.tunl0.rp_filter=2
-    ip addr replace "$VIP/32" dev tunl0
     mss=$(( mtu - 20 - 40 ))
     rule=(OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
     iptables -t mangle -C "${rule[@]}" 2>/dev/null || iptables -t mangle -A "${rule[@]}"
     ;;
 stop)
-    ip addr del "$VIP/32" dev tunl0 2>/dev/null || true
+    ip addr del "$VIP/32" dev lo 2>/dev/null || true
     mtu=$(cat "/sys/class/net/eth1/mtu")
     mss=$(( mtu - 20 - 40 ))
     iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN \
