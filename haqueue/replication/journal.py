@@ -62,6 +62,32 @@ log = logging.getLogger(__name__)
 MAGIC = b"HAQJRNL1"
 
 
+# What a record's command holds: pysyncobj's framing of a replicated call, a type
+# byte (REGULAR) then the pickle of (method id, args). haqueue has one replicated
+# method, id 0 (raft_node point 1); a lone node frames its entries the same way, so
+# every tool reads either node's journal.
+_REGULAR = 0
+_REGULAR_BYTE = bytes([_REGULAR])
+
+
+def frame(entry: bytes) -> bytes:
+    """A journal command carrying `entry`, framed as pysyncobj frames apply_entry(entry)."""
+    return _REGULAR_BYTE + pickle.dumps((0, (entry,)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unframe(command: bytes) -> bytes | None:
+    """The entry inside a journal command, or None for Raft's own (no-op) entries."""
+    if command[0] != _REGULAR:
+        return None
+    _method, args = pickle.loads(command[1:])
+    return args[0]
+
+
+def fatal_message(exc: "JournalError") -> str:
+    """The one line a node stops with when its journal failed."""
+    return f"{exc}; stopping: this node can no longer make its log durable"
+
+
 class JournalError(Exception):
     """The journal cannot be trusted or written; the node must stop. str() is one line."""
 _RECORD_HEAD = struct.Struct("<II")

@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import pickle
 import threading
 import time
 from typing import Callable
@@ -52,32 +51,14 @@ from typing import Callable
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.effects import Applied
 from haqueue.core.state import QueueState
-from haqueue.replication import applying, snapshot
-from haqueue.replication.journal import DurableJournal, JournalError
+from haqueue.replication import applying, replay, snapshot
+from haqueue.replication.journal import DurableJournal, JournalError, fatal_message, frame
 from haqueue.replication.observed import RaftObservations
 
 log = logging.getLogger(__name__)
 
-# pysyncobj's framing of a replicated call, kept so that every tool reads a lone
-# node's journal like a Raft node's: a type byte (REGULAR), then the pickle of
-# (method id, args); haqueue has one replicated method, id 0 (raft_node point 1).
-_REGULAR = 0
-_REGULAR_BYTE = bytes([_REGULAR])
 _CANDIDATE, _LEADER = 1, 2  # pysyncobj's role numbers, for RaftObservations
 SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
-
-
-def frame(entry: bytes) -> bytes:
-    """A journal command carrying `entry`, framed as pysyncobj frames apply_entry(entry)."""
-    return _REGULAR_BYTE + pickle.dumps((0, (entry,)), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unframe(command: bytes) -> bytes | None:
-    """The entry inside a journal command, or None for Raft's own (no-op) entries."""
-    if command[0] != _REGULAR:
-        return None
-    _method, args = pickle.loads(command[1:])
-    return args[0]
 
 
 class LoneReplica:
@@ -142,16 +123,12 @@ class LoneReplica:
             raise snapshot.SnapshotError(
                 f"the journal {journal.path} starts at entry {journal[0][1]} but there is no snapshot "
                 f"{self.dump_path}: the entries before it exist nowhere on this node")
-        for command, idx, _term in journal.entries:
-            if idx > applied:
-                entry = unframe(command)
-                if entry is not None:
-                    try:
-                        stamp, commands = decode_batch(entry)
-                    except LogFormatError as exc:
-                        raise LogFormatError(f"cannot apply a log entry: {exc}; refusing to run with "
-                                             f"a diverged state") from None
-                    self.state.apply_batch(stamp, commands)
+        try:
+            # Every entry after the snapshot: what a lone node's journal holds was committed.
+            replay.apply_entries(self.state, journal.entries, after=applied)
+        except LogFormatError as exc:
+            raise LogFormatError(f"cannot apply a log entry: {exc}; refusing to run with "
+                                 f"a diverged state") from None
         self.last_index = journal[len(journal) - 1][1] if len(journal) else applied
         journal.setRaftCommitIndex(self.last_index)
 
@@ -167,15 +144,21 @@ class LoneReplica:
     def _every_second(self) -> None:
         # The commit index is stored lazily, as a Raft node stores it: it only
         # tells `haqueue node replay` how far the journal is known committed.
+        if self._on_journal(DurableJournal.onOneSecondTimer):
+            self._meta_timer = self._loop.call_later(1.0, self._every_second)
+
+    def _on_journal(self, operation) -> bool:
+        """operation(journal) from a timer, unless the node is stopping; a JournalError
+        stops it. True if it ran and succeeded."""
         journal = self.journal
         if journal is None or self.fatal_error is not None:
-            return
+            return False
         try:
-            journal.onOneSecondTimer()
+            operation(journal)
         except JournalError as exc:
             self._fatal(exc)
-            return
-        self._meta_timer = self._loop.call_later(1.0, self._every_second)
+            return False
+        return True
 
     def stop(self) -> None:
         for timer in (self._sync_timer, self._meta_timer):
@@ -223,17 +206,11 @@ class LoneReplica:
 
     def _sync_due(self) -> None:
         self._sync_timer = None
-        journal = self.journal
-        if journal is None or self.fatal_error is not None:
-            return
-        try:
-            journal.force_sync()
-        except JournalError as exc:
-            self._fatal(exc)
+        self._on_journal(DurableJournal.force_sync)
 
     def _fatal(self, exc: JournalError) -> None:
         if self.fatal_error is None:
-            self.fatal_error = message = f"{exc}; stopping: this node can no longer make its log durable"
+            self.fatal_error = message = fatal_message(exc)
             log.critical(message)
             self.on_fatal(message)
 

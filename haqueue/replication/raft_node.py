@@ -122,7 +122,7 @@ from haqueue.replication import append_guard, snapshot
 from haqueue.replication import applying
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.timing import RaftTiming  # noqa: F401  (re-exported: tests build clusters with it)
-from haqueue.replication.journal import JournalError
+from haqueue.replication.journal import JournalError, fatal_message
 from haqueue.replication.snapshot import SnapshotError
 from haqueue.replication.observed import RaftObservations
 
@@ -508,7 +508,7 @@ class ReplicatedQueue(SyncObj):
                 # Point 11: a node that cannot write its journal must not say
                 # another word to its peers (no heartbeat, no acknowledgement):
                 # stop ticking at once, so a healthy node takes over.
-                self._fatal(f"{exc}; stopping: this node can no longer make its log durable")
+                self._fatal(fatal_message(exc))
             except Exception:
                 log.exception("raft tick failed")
             if self.fatal_error is not None:

@@ -10,17 +10,12 @@ acknowledged (docs/design.md I7).
 from __future__ import annotations
 
 import os
-import pickle
 
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import snapshot as snapshot_file
 from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.journal import DurableJournal
-
-# pysyncobj's entry framing: one type byte, then for REGULAR entries a pickle
-# of (method id, args). haqueue has exactly one replicated method (id 0).
-_REGULAR = 0
+from haqueue.replication.journal import DurableJournal, unframe
 
 
 def replay(data_dir: str, *, uncommitted: bool = False) -> tuple[QueueState, int]:
@@ -65,9 +60,9 @@ def apply_entries(state: QueueState, entries, *, after: int, through: int | None
             continue
         if through is not None and idx > through:
             break
-        if command[0] == _REGULAR:
-            _method, args = pickle.loads(command[1:])
-            stamp, commands = decode_batch(args[0])
+        entry = unframe(command)
+        if entry is not None:
+            stamp, commands = decode_batch(entry)
             state.apply_batch(stamp, commands)
         applied = idx
     return applied
