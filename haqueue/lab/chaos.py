@@ -161,14 +161,21 @@ def _blackholed_leader_kept(lab: Lab, leader: str, before: dict, cuts: list, unt
 
 
 def cut_follower(lab: Lab, rng: random.Random) -> dict:
+    return _cut_leader_and_a_follower(lab, rng, "cut-follower", both_ways=True)
+
+
+def _cut_leader_and_a_follower(lab: Lab, rng: random.Random, name: str, both_ways: bool) -> dict:
+    """Blackhole the leader's packets to a random follower (and the follower's back, if
+    both_ways) for 2-4 s; record whether the leader kept leading at its term."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     follower = rng.choice([n for n in NODE_IDS if n != leader])
     hold = round(rng.uniform(2.0, 4.0), 2)
     before = lab.node_status(leader) or {}
-    fault = _fault("cut-follower", leader, follower=follower, partition_s=hold)
+    fault = _fault(name, leader, follower=follower, partition_s=hold)
     state = lab.state
-    cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower))),
-            (state.node_ns(follower), state.node_address(NODE_IDS.index(leader)))]
+    cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower)))]
+    if both_ways:
+        cuts.append((state.node_ns(follower), state.node_address(NODE_IDS.index(leader))))
     fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
     return fault
 
@@ -357,15 +364,8 @@ def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
 
 
 def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
-    leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    follower = rng.choice([n for n in NODE_IDS if n != leader])
-    hold = round(rng.uniform(2.0, 4.0), 2)
-    before = lab.node_status(leader) or {}
-    fault = _fault("cut-leader-to-follower", leader, follower=follower, partition_s=hold)
     # The leader's packets to the follower only; the follower's still arrive.
-    cuts = [(lab.state.node_ns(leader), lab.state.node_address(NODE_IDS.index(follower)))]
-    fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
-    return fault
+    return _cut_leader_and_a_follower(lab, rng, "cut-leader-to-follower", both_ways=False)
 
 
 SCENARIOS = {
