@@ -26,6 +26,15 @@ def put(tube: str = "default", body: bytes = b"x", delay: int = 0) -> tuple:
     return (C.PUT, tube, 0, delay, 60_000, body)
 
 
+async def snapshot_written(replica: LoneReplica, timeout: float = 10.0) -> None:
+    """Until a running snapshot writer's exit has reached the loop (its pidfd is a reader
+    there, so the loop must turn): polled, with a deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while replica._snapshot_pid:
+        assert asyncio.get_running_loop().time() < deadline, "the snapshot writer never finished"
+        await asyncio.sleep(0.005)
+
+
 def run_lone(config: ReplicaConfig, batches: list[list[tuple]]) -> tuple[list, list, LoneReplica]:
     """Open, lead, submit each batch as one entry, stop; what came back."""
     roles: list = []
@@ -76,8 +85,7 @@ def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path, poli
         replica.start()
         for n in range(40):
             replica.submit(C.encode_batch(STAMP + n, [put(body=body)]), lambda applied: None)
-            while replica._snapshot_pid:  # the writer's exit reaches the loop as an event
-                await asyncio.sleep(0.005)
+            await snapshot_written(replica)
         digest = replica.state.digest()
         snapshots = replica.observations.snapshots
         replica.stop()
@@ -139,8 +147,7 @@ def test_a_compacted_journal_without_its_snapshot_refuses_to_start(tmp_path):
         replica.start()
         for n in range(40):
             replica.submit(C.encode_batch(STAMP + n, [put(body=b"b" * 700)]), lambda applied: None)
-            while replica._snapshot_pid:
-                await asyncio.sleep(0.005)
+            await snapshot_written(replica)
         replica.stop()
 
     asyncio.run(fill())
