@@ -36,7 +36,8 @@ def fetch_view(cluster, timeout: float = 0.5) -> dict | None:
     """/cluster from the first node that answers; None if none does."""
     for member in cluster.nodes:
         try:
-            code, body = admin_client.get(member.address, member.admin_port, "/cluster", timeout)
+            code, body = admin_client.get(member.address, member.admin_port, "/cluster", timeout,
+                                          cluster.admin_token)
         except OSError:
             continue
         if code == 200:
