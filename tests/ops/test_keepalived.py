@@ -32,6 +32,7 @@ def test_rendered_files_match_golden(case):
     check_golden("keepalived", case, files)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("case", CASES)
 def test_every_rendered_conf_passes_keepalived_config_test_without_a_warning(case, tmp_path):
     cluster, files = rendered(case)
@@ -49,6 +50,7 @@ def test_every_rendered_conf_passes_keepalived_config_test_without_a_warning(cas
         assert lines == [], f"{node.id}: {lines}"
 
 
+@pytest.mark.root
 def test_config_test_tool_reports_a_bad_keyword(tmp_path):
     # The validator above is only worth something if it can fail.
     cluster, files = rendered("vagrant", "n1")
@@ -146,12 +148,12 @@ def run_script(path: Path, iface: str, vip: str, flag: Path, netns_name: str | N
 def test_check_script_makes_a_leader_without_the_vip_eligible_at_once(tmp_path):
     flag = tmp_path / "leader"
     flag.touch()
-    status, took = run_script(script_file(tmp_path), "lo", "192.0.2.100", flag)
+    status, took = run_script(script_file(tmp_path), "lo", "198.18.2.100", flag)
     assert status == 0 and took < 0.3
 
 
 def test_check_script_reports_a_follower_at_the_end_of_its_window(tmp_path):
-    status, took = run_script(script_file(tmp_path), "lo", "192.0.2.100", tmp_path / "leader")
+    status, took = run_script(script_file(tmp_path), "lo", "198.18.2.100", tmp_path / "leader")
     assert status == 1
     # It watched for most of the second, but ended before keepalived's next run.
     assert 0.5 < took < 1.0
@@ -159,35 +161,38 @@ def test_check_script_reports_a_follower_at_the_end_of_its_window(tmp_path):
 
 def test_check_script_exits_the_moment_a_follower_becomes_leader(tmp_path):
     flag = tmp_path / "leader"
-    status, after_flip = run_script(script_file(tmp_path), "lo", "192.0.2.100", flag, flip_after=0.3)
+    status, after_flip = run_script(script_file(tmp_path), "lo", "198.18.2.100", flag, flip_after=0.3)
     assert status == 0
     assert after_flip < 0.25
 
 
+@pytest.mark.root
 def test_check_script_makes_the_vip_holder_give_up_soon_after_losing_leadership(tmp_path):
     require_root_tools()
     flag = tmp_path / "leader"
     flag.touch()
-    with netns({"eth1": ["192.0.2.11/24", "192.0.2.100/24"]}) as ns:
-        status, after_flip = run_script(script_file(tmp_path), "eth1", "192.0.2.100", flag, ns, flip_after=0.2)
+    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
+        status, after_flip = run_script(script_file(tmp_path), "eth1", "198.18.2.100", flag, ns, flip_after=0.2)
     assert status == 1
     # Two failed checks in a row, one poll apart.
     assert after_flip < 0.35
 
 
+@pytest.mark.root
 def test_check_script_keeps_a_leader_holding_the_vip(tmp_path):
     require_root_tools()
     flag = tmp_path / "leader"
     flag.touch()
-    with netns({"eth1": ["192.0.2.11/24", "192.0.2.100/24"]}) as ns:
-        status, took = run_script(script_file(tmp_path), "eth1", "192.0.2.100", flag, ns)
+    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
+        status, took = run_script(script_file(tmp_path), "eth1", "198.18.2.100", flag, ns)
     assert status == 0 and 0.5 < took < 1.0
 
 
+@pytest.mark.root
 def test_check_script_makes_a_follower_holding_the_vip_give_it_up(tmp_path):
     require_root_tools()
-    with netns({"eth1": ["192.0.2.11/24", "192.0.2.100/24"]}) as ns:
-        status, took = run_script(script_file(tmp_path), "eth1", "192.0.2.100", tmp_path / "leader", ns)
+    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
+        status, took = run_script(script_file(tmp_path), "eth1", "198.18.2.100", tmp_path / "leader", ns)
     assert status == 1 and took < 0.4
 
 

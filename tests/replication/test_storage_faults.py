@@ -180,6 +180,7 @@ def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 15) -> N
     raise AssertionError("the node did not listen")
 
 
+@pytest.mark.root
 @needs_root
 def test_a_full_disk_stops_the_node_with_one_line_and_loses_nothing_acknowledged(tmp_path):
     data, err = tmp_path / "data", tmp_path / "stderr"
