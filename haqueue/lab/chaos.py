@@ -69,7 +69,7 @@ import sys
 import time
 from pathlib import Path
 
-from haqueue.lab import checker, storage, topology
+from haqueue.lab import checker, idchecker, storage, topology
 from haqueue.lab.workload import TTR as workload_ttr
 from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
 
@@ -392,16 +392,27 @@ STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "ki
                      "stall-fsync-leader", "cut-leader-to-follower")
 
 
+def _counted(item: str) -> tuple[str, int]:
+    """"kill-leader*50" -> ("kill-leader", 50); a bare name counts once."""
+    name, star, count = item.partition("*")
+    if star and not (count.isdigit() and int(count) > 0):
+        raise LabError(f"--scenario: {item!r}: the count after * must be a whole number above 0")
+    return name, int(count) if star else 1
+
+
 def unknown(scenario: str) -> list[str]:
-    """The names in a scenario argument (one name, or several joined by commas) that are not scenarios."""
+    """The names in a scenario argument (one name, or several joined by commas, each
+    optionally NAME*COUNT) that are not scenarios."""
     if scenario in CHOICES:
         return []
-    return [name for name in scenario.split(",") if name not in SCENARIOS]
+    return [name for name in (_counted(item)[0] for item in scenario.split(",")) if name not in SCENARIOS]
 
 
 def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
     """The faults to inject: `mix` draws each at random, `all` runs every scenario in turn
-    `runs` times over, and a comma-separated list (a,b,c) does the same for those named."""
+    `runs` times over, and a comma-separated list (a,b*3,c) does the same for those named,
+    each as many times per round as its count; the order within a round is shuffled
+    when a count is given, so 50 kills and 10 pauses interleave."""
     if scenario == "mix":
         return [rng.choice(list(SCENARIOS)) for _ in range(runs)]
     if scenario == "all":
@@ -409,15 +420,26 @@ def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
     bad = unknown(scenario)
     if bad:
         raise LabError(f"unknown scenario {bad[0]!r} (one of: {', '.join(CHOICES)})")
-    names = scenario.split(",")
-    if len(names) > 1:
-        return [name for _ in range(runs) for name in names]
-    return [scenario] * runs
+    counted = [_counted(item) for item in scenario.split(",")]
+    if len(counted) == 1 and counted[0][1] == 1:
+        return [scenario] * runs
+    faults = []
+    for _ in range(runs):
+        round_ = [name for name, count in counted for _ in range(count)]
+        if any(count > 1 for _, count in counted):
+            rng.shuffle(round_)
+        faults += round_
+    return faults
 
 
 def _workload(lab: Lab, mode: str, history: Path, *extra: str) -> list[str]:
     return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue.lab.workload", mode,
             "--host", lab.state.vip, "--port", str(lab.cluster.client_port), "--history", str(history), *extra]
+
+
+def _id_workload(lab: Lab, history: Path) -> list[str]:
+    return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue.lab.idworkload",
+            "--host", lab.state.vip, "--port", str(lab.cluster.id_port), "--history", str(history)]
 
 
 def _first_put_ok(history: Path) -> bool:
@@ -436,10 +458,11 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     out_dir = Path(out_dir or lab.dir / "runs" / time.strftime("%Y%m%dT%H%M%S"))
     out_dir.mkdir(parents=True, exist_ok=True)
     history, drain_history = out_dir / "history.jsonl", out_dir / "drain.jsonl"
-    if lab.alive("workload"):
-        # Left by a chaos run that was itself killed: its history is not ours.
-        lab.signal("workload", signal.SIGKILL)
-        lab.wait_exit("workload")
+    for name in ("workload", "id-workload"):
+        if lab.alive(name):
+            # Left by a chaos run that was itself killed: its history is not ours.
+            lab.signal(name, signal.SIGKILL)
+            lab.wait_exit(name)
     lab.wait_stable(RECOVERY_TIMEOUT)
     # Jobs an interrupted earlier run left behind are not in this history and
     # would count as unexpected: take them out first (recorded, not checked).
@@ -453,6 +476,13 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     lab.track("workload", workload, group=False)
+    # The id service rides the same log: its clients ask the VIP throughout, checked apart.
+    id_history = out_dir / "ids.jsonl"
+    id_workload = None
+    if lab.cluster.id_port:
+        id_workload = subprocess.Popen(_id_workload(lab, id_history), stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        lab.track("id-workload", id_workload, group=False)
     faults: list[dict] = []
     errors: list[str] = []
     try:
@@ -479,15 +509,18 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
         time.sleep(1.0)  # a last stretch of undisturbed load after the final fault
     finally:
-        if workload.poll() is None:
-            workload.send_signal(signal.SIGTERM)
-        try:
-            workload.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            workload.kill()
-            workload.wait()
+        for name, process in (("workload", workload), ("id-workload", id_workload)):
+            if process is None:
+                continue
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            lab.untrack(name)
         log.close()
-        lab.untrack("workload")
     try:
         lab.wait_stable(RECOVERY_TIMEOUT)
     except LabError as exc:
@@ -501,6 +534,11 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
             with open(path) as f:
                 events += [json.loads(line) for line in f if line.strip()]
     report = checker.check(events, faults, ttr=workload_ttr)
+    if id_workload is not None:
+        with open(id_history) as f:
+            report["ids"] = idchecker.check([json.loads(line) for line in f if line.strip()], faults)
+        if not report["ids"]["ok"]:
+            errors.append("the id service's history failed its check (see ids in report.json)")
     report["log_warnings"] = _log_warnings(lab, log_start)
     for i, fault in enumerate(faults):
         disk = fault.get("disk") or {}
@@ -529,13 +567,19 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         "history": str(history),
     })
     report["ok"] = report["ok"] and not errors and holders == [leader] and leader is not None
-    by_name: dict[str, list[float]] = {}
-    for f in report["faults"]:
-        if f["failover_s"] is not None:
-            by_name.setdefault(f["name"], []).append(f["failover_s"])
-    report["failover_by_scenario"] = {name: checker.summary(v) for name, v in sorted(by_name.items())}
+    report["failover_by_scenario"] = _failover_by_scenario(report["faults"])
+    if "faults" in report.get("ids", {}):
+        report["ids"]["failover_by_scenario"] = _failover_by_scenario(report["ids"]["faults"])
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return report
+
+
+def _failover_by_scenario(faults: list[dict]) -> dict[str, dict]:
+    by_name: dict[str, list[float]] = {}
+    for f in faults:
+        if f["failover_s"] is not None:
+            by_name.setdefault(f["name"], []).append(f["failover_s"])
+    return {name: checker.summary(v) for name, v in sorted(by_name.items())}
 
 
 # Node log lines worth counting per run: the first is a violation (pysyncobj cut entries
@@ -634,6 +678,15 @@ def format_report(report: dict) -> str:
         lines.append(f"  kill-during-snapshot: disk left by the kill read back {sum(1 for v in viewed if v and not v.get('error'))}"
                      f" of {len(snaps)} times; journal entries a restart would drop: "
                      f"{sum(v.get('entries_at_risk', 0) for v in viewed)}")
+    ids = report.get("ids")
+    if ids:
+        lines.append(f"  ids: {ids['acknowledged']} acknowledged, {ids['failed']} refused, {ids['unknown']} unanswered;"
+                     f" duplicates {ids['duplicates']}, monotonicity violations {ids['monotonicity_violations']}")
+        if ids.get("failover", {}).get("n"):
+            lines.append("  ids failover (first failed request -> first id acknowledged), seconds:")
+            for name, s in ids["failover_by_scenario"].items():
+                lines.append(row(name, s))
+            lines.append(row("all", ids["failover"]))
     for node, found in sorted(report.get("log_warnings", {}).items()):
         lines.append(f"  {node} log: " + ", ".join(f"{w!r} x{n}" for w, n in sorted(found.items())))
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
