@@ -437,9 +437,33 @@ def _workload(lab: Lab, mode: str, history: Path, *extra: str) -> list[str]:
             "--host", lab.state.vip, "--port", str(lab.cluster.client_port), "--history", str(history), *extra]
 
 
-def _id_workload(lab: Lab, history: Path) -> list[str]:
-    return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue.lab.idworkload",
-            "--host", lab.state.vip, "--port", str(lab.cluster.id_port), "--history", str(history)]
+def _side_workloads(lab: Lab, out_dir: Path) -> dict[str, tuple[list[str], Path]]:
+    """The workloads that run beside the queue's, for the other protocols on the same log:
+    name -> (its run command, its history). Only those whose port the lab's cluster opens."""
+    def command(module: str, port: int, history: Path, *mode: str) -> list[str]:
+        return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", f"haqueue.lab.{module}",
+                *mode, "--host", lab.state.vip, "--port", str(port), "--history", str(history)]
+
+    side = {}
+    if lab.cluster.id_port:
+        side["id-workload"] = (command("idworkload", lab.cluster.id_port, out_dir / "ids.jsonl"),
+                               out_dir / "ids.jsonl")
+    gearman_port = getattr(lab.cluster, "gearman_port", 0)
+    if gearman_port:
+        side["gearman-workload"] = (command("gearmanworkload", gearman_port, out_dir / "gearman.jsonl", "run"),
+                                    out_dir / "gearman.jsonl")
+    return side
+
+
+def _gearman_drain(run_command: list[str], history: Path) -> list[str]:
+    return [("drain" if word == "run" else word) for word in run_command[:-1]] + [str(history)]
+
+
+def _events(history: Path) -> list[dict]:
+    if not history.exists():
+        return []
+    with open(history) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _first_put_ok(history: Path) -> bool:
@@ -458,7 +482,8 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     out_dir = Path(out_dir or lab.dir / "runs" / time.strftime("%Y%m%dT%H%M%S"))
     out_dir.mkdir(parents=True, exist_ok=True)
     history, drain_history = out_dir / "history.jsonl", out_dir / "drain.jsonl"
-    for name in ("workload", "id-workload"):
+    side = _side_workloads(lab, out_dir)
+    for name in ("workload", "id-workload", "gearman-workload"):
         if lab.alive(name):
             # Left by a chaos run that was itself killed: its history is not ours.
             lab.signal(name, signal.SIGKILL)
@@ -476,13 +501,17 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     lab.track("workload", workload, group=False)
-    # The id service rides the same log: its clients ask the VIP throughout, checked apart.
-    id_history = out_dir / "ids.jsonl"
-    id_workload = None
-    if lab.cluster.id_port:
-        id_workload = subprocess.Popen(_id_workload(lab, id_history), stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        lab.track("id-workload", id_workload, group=False)
+    # The id service and Gearman ride the same log: their clients use the VIP throughout,
+    # each history checked apart.
+    processes = {"workload": workload}
+    if "gearman-workload" in side:
+        leftover = subprocess.run(_gearman_drain(side["gearman-workload"][0], out_dir / "gearman-before.jsonl"),
+                                  capture_output=True, text=True, timeout=300)
+        if leftover.returncode != 0:
+            raise LabError(f"could not empty the Gearman queue before the run: {leftover.stdout.strip()}")
+    for name, (command, _) in side.items():
+        processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        lab.track(name, processes[name], group=False)
     faults: list[dict] = []
     errors: list[str] = []
     try:
@@ -509,9 +538,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
         time.sleep(1.0)  # a last stretch of undisturbed load after the final fault
     finally:
-        for name, process in (("workload", workload), ("id-workload", id_workload)):
-            if process is None:
-                continue
+        for name, process in processes.items():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
             try:
@@ -528,17 +555,21 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     drain = subprocess.run(_workload(lab, "drain", drain_history), capture_output=True, text=True, timeout=300)
     if drain.returncode != 0:
         errors.append(f"drain did not empty the queue: {drain.stdout.strip()} {drain.stderr.strip()[-300:]}")
-    events = []
-    for path in (history, drain_history):
-        if path.exists():
-            with open(path) as f:
-                events += [json.loads(line) for line in f if line.strip()]
-    report = checker.check(events, faults, ttr=workload_ttr)
-    if id_workload is not None:
-        with open(id_history) as f:
-            report["ids"] = idchecker.check([json.loads(line) for line in f if line.strip()], faults)
+    report = checker.check(_events(history) + _events(drain_history), faults, ttr=workload_ttr)
+    if "id-workload" in side:
+        report["ids"] = idchecker.check(_events(side["id-workload"][1]), faults)
         if not report["ids"]["ok"]:
             errors.append("the id service's history failed its check (see ids in report.json)")
+    if "gearman-workload" in side:
+        command, gearman_history = side["gearman-workload"]
+        drained = out_dir / "gearman-drain.jsonl"
+        done = subprocess.run(_gearman_drain(command, drained), capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            errors.append(f"the Gearman drain did not empty the queue: {done.stdout.strip()}")
+        # The queue's checker judges it: submit = put, grab = reserve, complete = delete (gearmanworkload.py).
+        report["gearman"] = checker.check(_events(gearman_history) + _events(drained), faults)
+        if not report["gearman"]["ok"]:
+            errors.append("the Gearman history failed its check (see gearman in report.json)")
     report["log_warnings"] = _log_warnings(lab, log_start)
     for i, fault in enumerate(faults):
         disk = fault.get("disk") or {}
@@ -678,6 +709,13 @@ def format_report(report: dict) -> str:
         lines.append(f"  kill-during-snapshot: disk left by the kill read back {sum(1 for v in viewed if v and not v.get('error'))}"
                      f" of {len(snaps)} times; journal entries a restart would drop: "
                      f"{sum(v.get('entries_at_risk', 0) for v in viewed)}")
+    gearman = report.get("gearman")
+    if gearman:
+        g = gearman["counts"]
+        lines.append(f"  gearman: {g['puts_ok']} background jobs acknowledged, {g['deliveries']} assigned, "
+                     f"drained {g['drained']}; lost {g['lost']}, unexpected {g['unexpected']}, "
+                     f"assigned to two live workers {g['double_reservations']}, "
+                     f"worked again after a completion {g['duplicated_unexplained']}")
     ids = report.get("ids")
     if ids:
         lines.append(f"  ids: {ids['acknowledged']} acknowledged, {ids['failed']} refused, {ids['unknown']} unanswered;"
