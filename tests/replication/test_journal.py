@@ -7,7 +7,7 @@ import os
 import pytest
 
 from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
-from haqueue.replication.journal import DurableJournal, JournalError
+from haqueue.replication.journal import PREALLOCATE, DurableJournal, JournalError
 
 
 def test_entries_survive_reopening(tmp_path):
@@ -27,10 +27,10 @@ def test_a_torn_tail_is_cut_off_at_open(tmp_path):
     j = DurableJournal(path, DURABLE)
     j.add(b"one", 1, 1)
     j.add(b"two", 2, 1)
+    end = j.end  # where the records end: zeros written ahead follow (PREALLOCATE)
     j._destroy()
-    size = os.path.getsize(path)
     with open(path, "r+b") as f:
-        f.truncate(size - 2)  # a crash in the middle of the last record
+        f.truncate(end - 2)  # a crash in the middle of the last record
     j = DurableJournal(path, DURABLE)
     assert [e[0] for e in j.entries] == [b"one"]
     j.add(b"three", 2, 2)
@@ -43,9 +43,10 @@ def test_a_corrupt_record_ends_the_journal_there(tmp_path):
     j = DurableJournal(path, DURABLE)
     j.add(b"one", 1, 1)
     j.add(b"two", 2, 1)
+    end = j.end
     j._destroy()
     with open(path, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
+        f.seek(end - 1)
         f.write(b"X")
     assert [e[0] for e in DurableJournal(path, NEVER).entries] == [b"one"]
 
@@ -210,10 +211,11 @@ def test_compacting_keeps_the_suffix_byte_for_byte_and_later_cuts_still_land(tmp
         j.add(b"command %d " % i * i, i, 1 + i // 10)
     with open(path, "rb") as f:
         before = f.read()
-    kept_from = j.offsets[12]
+    kept_from, end = j.offsets[12], j.end
     j.deleteEntriesTo(12)  # a snapshot covers 1..12
     with open(path, "rb") as f:
-        assert f.read() == before[:8] + before[kept_from:]  # the magic, then the same records
+        # The magic, then the same records (not the zeros written ahead of them).
+        assert f.read() == before[:8] + before[kept_from:end]
     j.deleteEntriesFrom(5)  # offsets still point at record starts: keep 13..17
     j.add(b"new 18", 18, 3)
     j._destroy()
@@ -247,3 +249,36 @@ def test_short_writes_are_completed_not_forgotten(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert [e[0] for e in DurableJournal(path, NEVER).entries] == [
         b"a command of some length 1", b"a command of some length 2", b"a command of some length 3"]
+
+
+def test_records_are_written_over_zeros_written_ahead_and_the_zeros_are_no_tail(tmp_path):
+    """The file grows PREALLOCATE bytes at a time, so most fdatasyncs flush data only (no
+    new size to commit); reopening reads the zeros as room, not as a torn tail."""
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    j.add(b"one", 1, 1)
+    size = os.path.getsize(path)
+    assert size >= j.end + PREALLOCATE
+    for i in range(2, 50):
+        j.add(b"entry %d" % i, i, 1)
+        j.sync()
+    assert os.path.getsize(path) == size  # every record since went into the room
+    end = j.end
+    j._destroy()
+    reopened = DurableJournal(path, DURABLE)
+    assert len(reopened) == 49 and reopened.end == end and reopened.allocated == size
+    reopened.add(b"fifty", 50, 1)
+    reopened._destroy()
+    assert [e[0] for e in DurableJournal(path, NEVER).entries][-2:] == [b"entry 49", b"fifty"]
+
+
+def test_a_cut_suffix_is_not_left_in_the_room_ahead(tmp_path):
+    """deleteEntriesFrom cuts the file: were the cut records left as bytes after the end,
+    records of the same indexes would be read back at the next open."""
+    path = str(tmp_path / "j")
+    j = DurableJournal(path, DURABLE)
+    for i in range(1, 6):
+        j.add(b"old %d" % i, i, 1)
+    j.deleteEntriesFrom(2)  # entries 3..5 conflicted
+    j._destroy()
+    assert [e[0] for e in DurableJournal(path, NEVER).entries] == [b"old 1", b"old 2"]
