@@ -80,17 +80,30 @@ def _fault(name: str, node: str | None, **extra) -> dict:
     return {"t": round(time.monotonic(), 6), "name": name, "node": node, **extra}
 
 
+def _elapsed(fault: dict) -> float:
+    """Seconds since the fault was injected, as the report records them."""
+    return round(time.monotonic() - fault["t"], 4)
+
+
+def _watch_while_held(lab: Lab, leader: str, fault: dict, hold: float, vip: bool = False) -> None:
+    """For a fault held `hold` seconds from its start: record when another node was elected
+    (and, with `vip`, when the VIP reached it), then wait out the hold. The hold itself is
+    the fault being injected, not synchronisation."""
+    end = fault["t"] + hold
+    new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, end - time.monotonic()), step=0.01)
+    if new:
+        fault["elected_s"] = _elapsed(fault)
+        if vip and wait_for(lambda: lab.vip_holders() == [new], max(0.0, end - time.monotonic()), step=0.01):
+            fault["vip_moved_s"] = _elapsed(fault)
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
 def kill_leader(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     fault = _fault("kill-leader", leader)
     lab.signal(leader, signal.SIGKILL)
     lab.wait_exit(leader)
-    new = wait_for(lambda: lab.leader(exclude=leader), RECOVERY_TIMEOUT, step=0.01)
-    if new is None:
-        raise LabError(f"kill-leader: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-    moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    _await_new_leader(lab, leader, fault)
     lab.start_node(leader)
     return fault
 
@@ -101,11 +114,7 @@ def pause_leader(lab: Lab, rng: random.Random) -> dict:
     fault = _fault("pause-leader", leader, pause_s=pause)
     lab.signal(leader, signal.SIGSTOP)
     try:
-        # The pause itself is the fault being injected, not synchronisation.
-        new = wait_for(lambda: lab.leader(exclude=leader), pause, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + pause - time.monotonic()))
+        _watch_while_held(lab, leader, fault, pause)
     finally:
         lab.signal(leader, signal.SIGCONT)
     return fault
@@ -120,12 +129,8 @@ def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
     cut(leader, False)
     try:
         gone = wait_for(lambda: lab.state.vip not in topology.addresses(ns), hold, step=0.01)
-        fault["vip_released_s"] = round(time.monotonic() - fault["t"], 4) if gone else None
-        new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, fault["t"] + hold - time.monotonic()),
-                       step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + hold - time.monotonic()))
+        fault["vip_released_s"] = _elapsed(fault) if gone else None
+        _watch_while_held(lab, leader, fault, hold)
     finally:
         cut(leader, True)
     return fault
@@ -226,7 +231,7 @@ def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
     if not exited:
         raise LabError(f"{fault['name']}: {node} still running {NODE_EXIT_TIMEOUT:g} s after the fault "
                        f"(log {lab.log_path(node)}): {lab.describe()}")
-    fault["exited_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["exited_s"] = _elapsed(fault)
     lab.wait_exit(node)
     fault["exit_code"] = lab.exit_code(node)
     fault["message"] = lab.last_log_line(node)[-300:]
@@ -236,9 +241,9 @@ def _await_new_leader(lab: Lab, old: str, fault: dict) -> None:
     new = wait_for(lambda: lab.leader(exclude=old), RECOVERY_TIMEOUT, step=0.01)
     if new is None:
         raise LabError(f"{fault['name']}: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["elected_s"] = _elapsed(fault)
     moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    fault["vip_moved_s"] = _elapsed(fault) if moved else None
 
 
 def _disk_full(lab: Lab, name: str, node: str, leader: str) -> dict:
@@ -350,14 +355,8 @@ def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
     # Stalled until told otherwise: the shim re-reads the file while it waits.
     storage.set_fsync_stall(lab.dir, leader, 3_600_000_000)
     try:
-        new = wait_for(lambda: lab.leader(exclude=leader), stall, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-            # Does the VIP follow while the old leader is still stalled?
-            left = max(0.0, fault["t"] + stall - time.monotonic())
-            if wait_for(lambda: lab.vip_holders() == [new], left, step=0.01):
-                fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + stall - time.monotonic()))  # the stall is the fault
+        # Does the VIP follow while the old leader is still stalled?
+        _watch_while_held(lab, leader, fault, stall, vip=True)
     finally:
         storage.set_fsync_stall(lab.dir, leader, 0)
     return fault
@@ -468,7 +467,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
             try:
                 lab.wait_stable(RECOVERY_TIMEOUT)
-                fault["recovered_s"] = round(time.monotonic() - fault["t"], 4)
+                fault["recovered_s"] = _elapsed(fault)
             except LabError as exc:
                 fault["recovered_s"] = None
                 errors.append(f"{name} #{i + 1}: {exc}")
