@@ -217,7 +217,10 @@ def test_table_has_a_header_and_one_line_per_row():
 
 # -- the real command in a network namespace --------------------------------------
 
-needs_root = pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
+def needs_root(test):
+    """Marked `root` (it creates namespaces: `-m "not root"` leaves it out even when run as
+    root) and skipped with a reason when not root."""
+    return pytest.mark.root(pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)(test))
 
 
 def run_check(ns: str, config, *args: str) -> tuple[int, dict[str, tuple[str, str]], dict]:

@@ -32,6 +32,7 @@ def test_rendered_files_match_golden(case):
     check_golden("keepalived", case, files)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("case", CASES)
 def test_every_rendered_conf_passes_keepalived_config_test_without_a_warning(case, tmp_path):
     cluster, files = rendered(case)
@@ -49,6 +50,7 @@ def test_every_rendered_conf_passes_keepalived_config_test_without_a_warning(cas
         assert lines == [], f"{node.id}: {lines}"
 
 
+@pytest.mark.root
 def test_config_test_tool_reports_a_bad_keyword(tmp_path):
     # The validator above is only worth something if it can fail.
     cluster, files = rendered("vagrant", "n1")
@@ -175,6 +177,7 @@ def test_check_script_exits_the_moment_a_follower_becomes_leader(tmp_path):
     assert after_flip < 0.25
 
 
+@pytest.mark.root
 def test_check_script_makes_the_vip_holder_give_up_soon_after_losing_leadership(tmp_path):
     status, after_flip = run_check(tmp_path, leader=True, holds_vip=True, flip_after=0.2)
     assert status == 1
@@ -182,11 +185,13 @@ def test_check_script_makes_the_vip_holder_give_up_soon_after_losing_leadership(
     assert after_flip < 0.35
 
 
+@pytest.mark.root
 def test_check_script_keeps_a_leader_holding_the_vip(tmp_path):
     status, took = run_check(tmp_path, leader=True, holds_vip=True)
     assert status == 0 and 0.5 < took < 1.0
 
 
+@pytest.mark.root
 def test_check_script_makes_a_follower_holding_the_vip_give_it_up(tmp_path):
     status, took = run_check(tmp_path, leader=False, holds_vip=True)
     assert status == 1 and took < 0.4

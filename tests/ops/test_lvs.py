@@ -28,6 +28,7 @@ def test_rendered_files_match_golden(golden, case, mode):
     check_golden("lvs", golden, files)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("golden", "case", "mode"), CASES)
 def test_every_director_conf_passes_keepalived_config_test_without_a_warning(golden, case, mode, tmp_path):
     cluster, files = rendered(case, mode)
@@ -133,6 +134,7 @@ def test_unknown_member_is_one_line_error():
         lvs.render(cluster, "x9", None, "x")
 
 
+@pytest.mark.root
 def test_dr_realserver_script_puts_vip_on_lo_and_sets_arp_sysctls(tmp_path):
     require_root_tools()
     cluster, files = rendered("vagrant", None, "n1")
