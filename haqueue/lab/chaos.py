@@ -108,16 +108,24 @@ def kill_leader(lab: Lab, rng: random.Random) -> dict:
     return fault
 
 
-def pause_leader(lab: Lab, rng: random.Random) -> dict:
+def _hold_leader(lab: Lab, rng: random.Random, name: str, key: str, longest: float, hold,
+                 vip: bool = False) -> dict:
+    """Hold the leader in a fault for 2 s to `longest` (recorded as `key`): hold(leader, True)
+    starts it, hold(leader, False) ends it; meanwhile watch who is elected (and the VIP)."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    pause = round(rng.uniform(2.0, 4.0), 2)
-    fault = _fault("pause-leader", leader, pause_s=pause)
-    lab.signal(leader, signal.SIGSTOP)
+    seconds = round(rng.uniform(2.0, longest), 2)
+    fault = _fault(name, leader, **{key: seconds})
+    hold(leader, True)
     try:
-        _watch_while_held(lab, leader, fault, pause)
+        _watch_while_held(lab, leader, fault, seconds, vip=vip)
     finally:
-        lab.signal(leader, signal.SIGCONT)
+        hold(leader, False)
     return fault
+
+
+def pause_leader(lab: Lab, rng: random.Random) -> dict:
+    return _hold_leader(lab, rng, "pause-leader", "pause_s", 4.0,
+                        lambda node, on: lab.signal(node, signal.SIGSTOP if on else signal.SIGCONT))
 
 
 def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
@@ -349,17 +357,11 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
 
 
 def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
-    leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    stall = round(rng.uniform(2.0, 3.0), 2)
-    fault = _fault("stall-fsync-leader", leader, stall_s=stall)
-    # Stalled until told otherwise: the shim re-reads the file while it waits.
-    storage.set_fsync_stall(lab.dir, leader, 3_600_000_000)
-    try:
-        # Does the VIP follow while the old leader is still stalled?
-        _watch_while_held(lab, leader, fault, stall, vip=True)
-    finally:
-        storage.set_fsync_stall(lab.dir, leader, 0)
-    return fault
+    # Stalled until told otherwise (the shim re-reads the file while it waits); the VIP is
+    # followed too: does it move while the old leader is still stalled?
+    return _hold_leader(lab, rng, "stall-fsync-leader", "stall_s", 3.0,
+                        lambda node, on: storage.set_fsync_stall(lab.dir, node, 3_600_000_000 if on else 0),
+                        vip=True)
 
 
 def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
