@@ -225,7 +225,10 @@ def test_table_has_a_header_and_one_line_per_row():
 
 # -- the real command in a network namespace --------------------------------------
 
-needs_root = pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
+def needs_root(test):
+    """Marked `root` (it creates namespaces: `-m "not root"` leaves it out even when run as
+    root) and skipped with a reason when not root."""
+    return pytest.mark.root(pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)(test))
 
 
 def run_check(ns: str, config, *args: str) -> tuple[int, dict[str, tuple[str, str]], dict]:
@@ -250,7 +253,6 @@ def write_cluster(tmp_path, **kw):
     return path
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_leader_holding_the_vip_with_keepalived_passes(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -265,7 +267,6 @@ def test_namespace_leader_holding_the_vip_with_keepalived_passes(host, tmp_path)
     assert rows["keepalived"] == (OK, f"running (pid {ka_pid})")
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_follower_holding_the_vip_fails(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -276,7 +277,6 @@ def test_namespace_follower_holding_the_vip_fails(host, tmp_path):
     assert rows[VIP_ROW][0] == FAIL and "follower" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_follower_without_the_vip_is_fine_and_leader_without_it_fails(host, tmp_path):
     with admin_endpoint(host, NODE, 503) as port:
@@ -288,7 +288,6 @@ def test_namespace_follower_without_the_vip_is_fine_and_leader_without_it_fails(
     assert rows[VIP_ROW][0] == FAIL and "Raft leader" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_unreachable_admin_endpoint_is_reported_not_a_crash(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -299,7 +298,6 @@ def test_namespace_unreachable_admin_endpoint_is_reported_not_a_crash(host, tmp_
     assert rows[VIP_ROW][0] == WARN and "cannot tell" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_keepalived_in_another_namespace_does_not_count(host, tmp_path):
     with netns() as other, keepalived(other, tmp_path):
@@ -311,7 +309,6 @@ def test_namespace_keepalived_in_another_namespace_does_not_count(host, tmp_path
                         detail), detail
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_interface_down_or_missing_fails(tmp_path):
     config = write_cluster(tmp_path)
@@ -327,7 +324,6 @@ def test_namespace_interface_down_or_missing_fails(tmp_path):
         assert rows[f"address {NODE}"] == (FAIL, "on eth9, not on eth1 as the cluster file says")
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_without_any_cluster_address_asks_for_node_in_one_line(tmp_path):
     with netns() as ns:
@@ -339,7 +335,6 @@ def test_namespace_without_any_cluster_address_asks_for_node_in_one_line(tmp_pat
         "n3=198.18.0.13); pass --node"]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_real_server_with_vip_on_lo_and_arp_sysctls_passes(host, tmp_path):
     config = write_cluster(tmp_path, directors=True)
@@ -362,7 +357,6 @@ def test_namespace_real_server_with_vip_on_lo_and_arp_sysctls_passes(host, tmp_p
     assert code == 0, report
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_check_prints_a_table_without_json(host, tmp_path):
     result = ops_in_netns(host, "check", "--config", str(write_cluster(tmp_path)), "--node", "n1")
