@@ -111,7 +111,6 @@ def test_a_lone_node_always_holds_its_lease(tmp_path):
         assert node.read_lease_valid()
     finally:
         node.stop()
-        node._doDestroy()
 
 
 def _port() -> int:

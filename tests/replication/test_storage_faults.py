@@ -318,7 +318,6 @@ def test_the_snapshot_writer_holds_no_inherited_socket(tmp_path, monkeypatch):
     finally:
         listener.close()
         node.stop()
-        node._doDestroy()
 
 
 def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
@@ -337,7 +336,6 @@ def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
         assert node.fatal_error == stops[0]
     finally:
         node.stop()
-        node._doDestroy()
 
 
 def test_replay_applies_only_what_the_node_knew_was_committed(tmp_path):
@@ -372,4 +370,3 @@ def test_a_stuck_snapshot_writer_never_keeps_a_failed_node_from_exiting(tmp_path
     finally:
         if stuck.poll() is None:
             stuck.kill()
-        node._doDestroy()
