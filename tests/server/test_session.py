@@ -144,7 +144,7 @@ def test_a_reserve_with_nothing_ready_waits_and_a_put_elsewhere_wakes_it(host):
     worker, worker_out = connect(host, 1)
     producer, producer_out = connect(host, 2)
     worker.data_received(b"reserve\r\n")
-    assert host.waiters == {worker: None} and host.waiting_on(DEFAULT_TUBE) == 1
+    assert host.waiters == {worker} and host.waiting_on(DEFAULT_TUBE) == 1
     assert host.batcher.pending == [] and worker_out.written == b""
     producer.data_received(put(b"job"))
     host.batcher.commit()  # the put lands; the host sends the waiting reserve to the log
@@ -183,7 +183,7 @@ def test_end_of_input_answers_what_was_read_times_out_a_waiting_reserve_then_clo
 
     other, other_out = connect(host, 2)
     other.data_received(b"reserve\r\n")
-    assert host.waiters == {other: None}
+    assert host.waiters == {other}
     other.eof_received()
     turn(loop)
     assert other_out.written == P.TIMED_OUT and other_out.lost and not host.waiters

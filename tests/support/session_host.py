@@ -125,7 +125,7 @@ class LocalHost:
         self.draining = False
         self.dirty: set[Session] = set()
         self.sessions: set[Session] = set()
-        self.waiters: dict[Session, None] = {}
+        self.waiters: set[Session] = set()
         self.forgotten: list[str] = []
         self._state = QueueState()
         self._lock = threading.RLock()
@@ -143,7 +143,7 @@ class LocalHost:
 
     def session_closed(self, session: Session) -> None:
         self.sessions.discard(session)
-        self.waiters.pop(session, None)
+        self.waiters.discard(session)
 
     def defer_until_drops_applied(self, session: Session) -> bool:
         return False  # no closed connection's reservations are ever in flight here
@@ -155,14 +155,15 @@ class LocalHost:
             self.forgotten.append(name)
             self.batcher.submit((C.FORGET_TUBE, name), lambda result: None)
 
+    # Waiting reserves: a set here (QueueServer keeps an ordered dict, to wake them in turn).
     def start_waiting(self, session: Session) -> None:
-        self.waiters[session] = None
-
-    def stop_waiting(self, session: Session) -> None:
-        self.waiters.pop(session, None)
+        self.waiters.add(session)
 
     def waiting_on(self, tube: str) -> int:
-        return sum(1 for s in self.waiters if tube in s.watch)
+        return len([waiting for waiting in self.waiters if tube in waiting.watch])
+
+    def stop_waiting(self, session: Session) -> None:
+        self.waiters.discard(session)
 
     def stats_body(self) -> bytes:
         return b"---\ncurrent-waiting: %d\n" % len(self.waiters)
