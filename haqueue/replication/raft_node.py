@@ -34,7 +34,9 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    received one is synced before pysyncobj clears the journal, and at
    start-up the journal is lined up with the snapshot (snapshot.py).
 6. Ticks run in our own thread (autoTick off) so that exceptions are logged
-   and the periodic fsync policy has a place to run.
+   and the periodic fsync policy has a place to run. One tick and the work
+   that follows it is `tick()`, which a test may call on nodes it never
+   started, in virtual time (pysyncobj_patches point 4).
 7. No forwarding: pysyncobj sends a command submitted on a follower to the
    leader, which commits it. haqueue submits only while it leads, but a
    deposed leader's sessions can submit in the moment before it notices; a
