@@ -12,7 +12,7 @@ from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.lone import LoneReplica
 from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike
-from tests.replication.raft_nodes import free_ports
+from tests.support.ticked import free_ports
 
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
 # Inside the replication package, the modules that touch pysyncobj, each for a reason
