@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 
 from click.testing import CliRunner
 
-from haqueue.bench.startup import StartupResult, command, start_once
+from haqueue.bench.startup import StartupResult, cache_bytecode, command, start_once
 from haqueue.cli.bench import bench
 
 
@@ -40,3 +42,13 @@ def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
 def test_startup_needs_servers_it_starts():
     result = CliRunner().invoke(bench, ["--address", "127.0.0.1:1", "--startup", "2"])
     assert result.exit_code != 0 and "--startup starts its own servers" in result.output
+
+
+def test_haqueue_is_measured_with_its_bytecode_cached_as_an_install_leaves_it():
+    import haqueue.server.app
+
+    cached = importlib.util.cache_from_source(haqueue.server.app.__file__)
+    if os.path.exists(cached):
+        os.unlink(cached)  # the interpreter compiles it again when it needs it
+    cache_bytecode()
+    assert os.path.getmtime(cached) >= os.path.getmtime(haqueue.server.app.__file__)
