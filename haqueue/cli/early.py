@@ -4,7 +4,8 @@ Client libraries' test harnesses start "beanstalkd" and connect after a fixed 0.
 beanstalkd listens within a few ms. Importing click, asyncio and the server, and opening
 the journal, take longer than that, so `haqueue serve` (and
 `haqueue-beanstalkd`) bind and listen on the client address first, with nothing but the
-socket module loaded. The kernel completes connections into the listen backlog; the
+C modules behind socket and signal loaded (`_socket`, `_signal`: their Python wrappers
+and ipaddress cost a few ms, which may be what a harness on a busy machine lacks). The kernel completes connections into the listen backlog; the
 server accepts them once it serves (a lone node leads at once: replication/lone.py) and
 has applied its first entry, so a `put` sent early
 simply waits for its reply and is never answered before it is committed
@@ -26,10 +27,9 @@ and haqueue/cli/node_start.py starts the node from them. That saves importing cl
 
 from __future__ import annotations
 
-import ipaddress
+import _signal
+import _socket
 import os
-import signal
-import socket
 import stat
 
 # serve's options that take a value (name -> its key in plain_options' result); its flags
@@ -48,10 +48,10 @@ DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 11300
 BACKLOG = 1024
 
-_early: socket.socket | None = None
+_early: _socket.socket | None = None
 _early_address: tuple[str, int] | None = None
 _pending: list[int] = []
-REMEMBERED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+REMEMBERED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1)
 
 
 def listen_early(args: list[str]) -> dict | None:
@@ -64,12 +64,12 @@ def listen_early(args: list[str]) -> dict | None:
     if values is None:
         return None
     host, port = values["listen"], values["port"]
-    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family = _family(host)
+    sock = _socket.socket(family, _socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        if family == _socket.AF_INET6:
+            sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError:
@@ -77,7 +77,7 @@ def listen_early(args: list[str]) -> dict | None:
         return None
     _early, _early_address = sock, (host, port)
     for signum in REMEMBERED_SIGNALS:
-        signal.signal(signum, _remember)
+        _signal.signal(signum, _remember)
     return values
 
 
@@ -92,13 +92,15 @@ def pending_signals() -> list[int]:
     return taken
 
 
-def take(host: str, port: int) -> socket.socket | None:
-    """The socket listened on early for host:port, if any (once)."""
+def take(host: str, port: int):
+    """The socket listened on early for host:port, if any (once), as a socket.socket."""
     global _early, _early_address
     if _early is None or _early_address != (host, port):
         return None
-    sock, _early, _early_address = _early, None, None
-    return sock
+    import socket
+
+    raw, _early, _early_address = _early, None, None
+    return socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
 
 
 def plain_options(args: list[str]) -> dict | None:
@@ -145,13 +147,22 @@ def plain_options(args: list[str]) -> dict | None:
         if number < low or (high is not None and number > high):
             return None  # click says which bound
         values[key] = number
-    try:
-        ipaddress.ip_address(values["listen"])
-    except ValueError:
-        return None  # a name (may resolve to several addresses) or unix:/path
+    if _family(values["listen"]) is None:
+        return None  # a name (may resolve to several addresses), unix:/path, fe80::1%eth0
     if values["data_dir"] is not None and not _a_directory_click_accepts(values["data_dir"]):
         return None  # click names the problem
     return values
+
+
+def _family(host: str) -> int | None:
+    """AF_INET or AF_INET6 for a literal IP address (as bind reads it), else None."""
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        try:
+            _socket.inet_pton(family, host)
+            return family
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 def _a_directory_click_accepts(path: str) -> bool:
