@@ -26,8 +26,8 @@ import signal
 import socket
 import ssl
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Callable
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
@@ -35,13 +35,15 @@ from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
+
+if TYPE_CHECKING:
+    from haqueue.server.ids_udp import IdListener, IdRequests
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +173,17 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
-        self.id_requests = IdRequests(self, options.id_endpoints)
         self._id_listener: IdListener | None = None
 
     # ------------------------------------------------------------ properties
+    @cached_property
+    def id_requests(self) -> IdRequests:
+        """The id service's requests, for its UDP listener and the admin port's /id/:
+        made (and its modules imported, ~7 ms) when one of them first asks, not at start."""
+        from haqueue.server.ids_udp import IdRequests
+
+        return IdRequests(self, self.options.id_endpoints)
+
     @property
     def state(self):
         return self.replica.state
@@ -312,6 +321,8 @@ class QueueServer:
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
+        from haqueue.server.ids_udp import IdListener
+
         listen = self.options.listen
         self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
         try:
