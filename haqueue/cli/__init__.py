@@ -11,12 +11,16 @@ test harness with $BEANSTALKD_PATH, a systemd unit).
 
 from __future__ import annotations
 
+import gc
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["serve"]:
+        # No collector passes while the server is imported: the node's collector
+        # policy turns it on once the node has served (haqueue/server/gc_policy.py).
+        gc.disable()
         from haqueue.cli.early import listen_early
 
         plain = listen_early(args[1:])
