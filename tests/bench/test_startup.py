@@ -13,13 +13,15 @@ from haqueue.cli.bench import bench
 
 
 def test_one_start_reports_listening_before_the_put_is_answered():
-    listening, answered = start_once(command("beanstalkd"))
+    listening, answered, cpu = start_once(command("beanstalkd"))
     assert 0 < listening <= answered < 10
+    assert 0 < cpu < answered
 
 
 def test_haqueue_starts_and_answers_put(tmp_path):
-    listening, answered = start_once(command("haqueue") + ["-b", str(tmp_path)])
+    listening, answered, cpu = start_once(command("haqueue") + ["-b", str(tmp_path)])
     assert 0 < listening <= answered < 30
+    assert 0.005 < cpu < 30  # an interpreter's start alone takes more than 5 ms
 
 
 def test_summary_uses_nearest_rank():
@@ -34,9 +36,9 @@ def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("start-up: 2 starts per server")
-    assert [" ".join(line.split()[1:3]) for line in lines[2:]] == ["listening 2", "put answered"]
+    assert [" ".join(line.split()[1:3]) for line in lines[3:]] == ["listening 2", "put answered", "reply (cpu)"]
     [doc] = json.loads(out.read_text())["startup"]
-    assert doc["listening_ms"]["count"] == 2
+    assert doc["listening_ms"]["count"] == 2 and doc["cpu_to_answer_ms"]["count"] == 2
 
 
 def test_startup_needs_servers_it_starts():
