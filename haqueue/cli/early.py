@@ -2,13 +2,13 @@
 
 Client libraries' test harnesses start "beanstalkd" and connect after a fixed 0.1 s;
 beanstalkd listens within a few ms. Importing click, asyncio and the server, and opening
-the journal, take longer than that, so `haqueue serve` (and
-`haqueue-beanstalkd`) bind and listen on the client address first, with nothing but the
-C modules behind socket and signal loaded (`_socket`, `_signal`: their Python wrappers
-and ipaddress cost a few ms, which may be what a harness on a busy machine lacks). The kernel completes connections into the listen backlog; the
-server accepts them once it serves (a lone node leads at once: replication/lone.py) and
-has applied its first entry, so a `put` sent early
-simply waits for its reply and is never answered before it is committed
+the journal, take longer than that, so `haqueue serve` (and `haqueue-beanstalkd`) bind
+and listen on the client address first, with nothing but the C modules behind socket
+and signal loaded (`_socket`, `_signal`: their Python wrappers and ipaddress cost a few
+ms, which may be what a harness on a busy machine lacks). The kernel completes
+connections into the listen backlog; the server accepts them once it serves (a lone
+node leads at once: replication/lone.py) and has applied its first entry, so a `put`
+sent early simply waits for its reply and is never answered before it is committed
 (docs/design.md I1).
 
 Only the plain case is taken early: a lone node (no --config), TCP on a literal IP
