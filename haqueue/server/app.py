@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+# Connections the kernel completes before the node accepts them, as beanstalkd's
+# listen(fd, 1024). Passed on every listener, sockets handed over included: the loop
+# listens again on a socket it is given, with its own default (100) otherwise.
+BACKLOG = 1024
 
 
 @dataclass
@@ -306,14 +310,15 @@ class QueueServer:
         factory = self._new_session
         tls = self._tls_options()
         if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock, **tls)
+            self._listener = await self.loop.create_server(factory, sock=listen.sock, backlog=BACKLOG, **tls)
         elif listen.unix_path:
             if os.path.exists(listen.unix_path):
                 os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path, **tls)
+            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path,
+                                                                backlog=BACKLOG, **tls)
         else:
             self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024, **tls
+                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=BACKLOG, **tls
             )
             if listen.vip is not None and listen.vip != listen.host:
                 await self._open_vip_listener()
@@ -343,8 +348,8 @@ class QueueServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((listen.vip, listen.port))
-            sock.listen(1024)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock,
+            sock.listen(BACKLOG)
+            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock, backlog=BACKLOG,
                                                                **self._tls_options())
         except OSError as exc:
             # Another node on this host still holds it (a loopback cluster in

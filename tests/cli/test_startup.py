@@ -111,21 +111,39 @@ def test_what_click_refuses_is_not_plain(args):
     assert early.plain_options(args) is None
 
 
+def connect_when_listening(proc: subprocess.Popen, port: int) -> socket.socket:
+    deadline = time.monotonic() + 10
+    while True:  # polling the port, bounded by the deadline
+        try:
+            return socket.create_connection((HOST, port), timeout=10)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "not listening"
+            time.sleep(0.01)
+
+
+def test_the_early_socket_keeps_beanstalkds_backlog_once_the_server_takes_it():
+    port = free_port()
+    proc = subprocess.Popen([*haqueue_command(), "-l", HOST, "-p", str(port)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with connect_when_listening(proc, port) as conn:
+            conn.sendall(b"put 0 0 60 5\r\nhello\r\n")
+            assert conn.recv(64) == b"INSERTED 1\r\n"  # served: the server has the socket now
+        listing = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        assert listing[0] == "LISTEN" and listing[2] == "1024", listing  # Send-Q: the backlog
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
 def test_a_plain_start_never_imports_click():
     port = free_port()
     proc = subprocess.Popen([*haqueue_command(), "-l", HOST, "-p", str(port)],
                             env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while True:  # polling the port, bounded by the deadline
-            try:
-                conn = socket.create_connection((HOST, port), timeout=10)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "not listening"
-                time.sleep(0.01)
-        with conn:
+        with connect_when_listening(proc, port) as conn:
             conn.sendall(b"put 0 0 60 5\r\nhello\r\n")
             assert conn.recv(64) == b"INSERTED 1\r\n"
     finally:
