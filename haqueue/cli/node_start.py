@@ -36,6 +36,8 @@ def serve_plain(values: dict) -> int:
     except StartError as exc:
         sys.stderr.write(f"haqueue: {exc}\n")  # as haqueue/cli/main.py shows HaqueueError
         return 1
+    except KeyboardInterrupt:  # Ctrl-C once the loop has let go of SIGINT: as main.py does
+        return 130
 
 
 def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_size: int):
