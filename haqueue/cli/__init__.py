@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["serve"]:
         # No collector passes while the server is imported: the node's collector
-        # policy turns it on once the node has served (haqueue/server/gc_policy.py).
+        # policy freezes what start-up made and turns it back on as the server starts
+        # running (haqueue/server/gc_policy.py, CollectorPolicy.start).
         gc.disable()
         from haqueue.cli.early import listen_early
 
