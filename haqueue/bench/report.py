@@ -281,12 +281,14 @@ def format_startup(results: list, starts: int, durable: bool) -> str:
     header = ["server", "from exec to", "starts", "min ms", "p50 ms", "p90 ms", "max ms"]
     rows = []
     for r in results:
-        for which, label in (("listening", "listening"), ("answered", "put answered")):
+        for which, label in (("listening", "listening"), ("answered", "put answered"),
+                             ("cpu", "reply (cpu)")):
             s = r.summary(which)
             rows.append([r.server, label, str(s["count"]), f"{s['min']:.1f}", f"{s['p50']:.1f}",
                          f"{s['p90']:.1f}", f"{s['max']:.1f}"])
     mode = "durable (-b DIR)" if durable else "in memory"
-    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms\n"
+    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms;\n"
+            "reply (cpu): the CPU time the server used until its reply\n"
             + _table(header, rows))
 
 
