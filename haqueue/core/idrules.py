@@ -17,6 +17,10 @@ rendering injective, which is what keeps ids unique once counters are:
    until the time part repeats: y1 10 years, yy 100) at least one cycle;
 4. 0 <= min_counter < max_counter < 2**63, and an id is at most 64 characters.
 
+A rule also says how its ids are handed out (core/ids.py, server/ids_udp.py):
+`exact`, one committed reservation per id, or `segment`, blocks of `segment`
+values committed ahead and served from the leader's memory.
+
 Time zones are fixed UTC offsets ("+08:00"), not zone names: the cycle an id
 belongs to is computed on every node when an entry is applied, and a zone
 name's rules come from each host's tz database, which may differ between
@@ -35,6 +39,9 @@ from typing import NamedTuple
 
 MAX_ID_LENGTH = 64
 MAX_COUNTER = 2**63 - 1
+MODES = ("exact", "segment")
+MAX_SEGMENT = 100_000  # values per block: a failover wastes up to two blocks per key
+DEFAULT_SEGMENT = 1_000
 SAMPLE_CYCLES = 1000
 # A fixed reference for the sampled cycles of check 3 (any instant works: the
 # check is about the template, not about today).
@@ -154,6 +161,8 @@ class IdRule:
     reset_seconds: int = 0  # 0: the counter never starts again
     utc_offset: int = 0  # seconds east of UTC
     salt_max_len: int = 0  # 0: the format has no {salt}
+    mode: str = "exact"  # or "segment"
+    segment: int = 0  # values per block in segment mode; 0 in exact mode
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", _validated(self))
@@ -186,6 +195,12 @@ class IdRule:
                 out.append(f"{_TIME_FIELDS[token.name](moment, unix):0{token.width}d}")
         return "".join(out)
 
+    def to_record(self) -> tuple:
+        """Plain values, in field order: IdRule(*record) makes it again (a log
+        entry or a snapshot holds records, never objects)."""
+        return (self.name, self.format, self.min_counter, self.max_counter, self.reset_seconds,
+                self.utc_offset, self.salt_max_len, self.mode, self.segment)
+
     def horizon_years(self) -> int | None:
         """Years until the time part repeats; None: never (a full year or unix time)."""
         return _horizon_years(self.tokens)
@@ -217,6 +232,12 @@ def _validated(rule: IdRule) -> tuple[Token, ...]:
         raise fail(f"needs 0 <= min_counter < max_counter < 2**63 (got {rule.min_counter}, {rule.max_counter})")
     if rule.reset_seconds < 0:
         raise fail("reset_seconds cannot be negative")
+    if rule.mode not in MODES:
+        raise fail(f"mode {rule.mode!r} is not one of {', '.join(MODES)}")
+    if rule.mode == "segment" and not 1 <= rule.segment <= MAX_SEGMENT:
+        raise fail(f"segment {rule.segment} is out of range 1..{MAX_SEGMENT}")
+    if rule.mode == "exact" and rule.segment:
+        raise fail("segment is for mode = \"segment\" only")
     try:
         tokens = parse_template(rule.format)
     except ValueError as exc:

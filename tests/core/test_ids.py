@@ -183,3 +183,86 @@ def test_calendar_fields_agree_with_the_standard_library(unix, offset):
     moment = datetime.fromtimestamp(unix, timezone(timedelta(seconds=offset)))
     assert civil(unix, offset) == (moment.year, moment.month, moment.day, moment.hour, moment.minute,
                                    moment.second, moment.timetuple().tm_yday)
+
+
+# ---------------------------------------------------------------- rule changes (ID_SET_RULES)
+ORDERS = IdRule("orders", "O{yy:02}{month:02}{day:02}{counter:06}", max_counter=999_999, reset_seconds=86400,
+                utc_offset=8 * 3600, mode="segment", segment=100)
+
+
+def test_a_rule_set_replaces_the_rules_whole_and_round_trips_as_records():
+    state = IdState()
+    records = (ORDERS.to_record(),) + tuple(r.to_record() for r in seed_rules())
+    assert state.set_rules(records) == ("OK",)
+    assert sorted(state.rules) == ["counter", "o2o", "orders"]
+    assert state.rules["orders"] == ORDERS and state.rules["orders"].mode == "segment"
+    assert state.rule_records() == tuple(sorted(records))
+    again = IdState.from_records(state.to_records())
+    assert again.digest() == state.digest() and again.rules == state.rules
+
+
+@pytest.mark.parametrize("records, message", [
+    ((("x", "{counter:03}", 0, 9999, 0, 0, 0, "exact", 0),), "needs a fixed width of at least 4"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "fast", 0),), "mode 'fast'"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "segment", 0),), "segment 0 is out of range"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact", 5),), "segment is for mode"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact"),), "not an id rule record"),
+    ((("x", b"{counter:04}", 0, 9999, 0, 0, 0, "exact", 0),), "not an id rule record"),
+    ((("x", "{counter:04}", 0, True, 0, 0, 0, "exact", 0),), "not an id rule record"),
+    ("not records", "expected a list"),
+    (None, "expected a list"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact", 0),) * 2, "defined twice"),
+])
+def test_a_rule_set_that_could_repeat_ids_or_is_malformed_is_refused_whole(records, message):
+    state = IdState()
+    before = state.digest()
+    result = state.set_rules(records)
+    assert result[0] == "RULES_REFUSED" and message in result[1], result
+    assert "\n" not in result[1]
+    assert state.digest() == before  # nothing changed
+
+
+@pytest.mark.parametrize("field, value", [("format", "P{yy:02}{month:02}{day:02}{counter:06}"),
+                                          ("min_counter", 1), ("reset_seconds", 3600 * 24 * 2),
+                                          ("utc_offset", 0)])
+def test_a_rule_with_counters_keeps_what_decides_its_ids(field, value):
+    import dataclasses
+
+    state = IdState((ORDERS,))
+    changed = dataclasses.replace(ORDERS, **{field: value}).to_record()
+    assert state.set_rules((changed,)) == ("OK",)  # no counters yet: any valid rule goes
+    state = IdState((ORDERS,))
+    state.reserve("orders", "a", 1, MAY14)
+    result = state.set_rules((changed,))
+    assert result[0] == "RULES_REFUSED" and f"{field} cannot change" in result[1]
+
+
+def test_max_counter_mode_and_segment_may_change_and_a_removed_rule_keeps_its_counters():
+    import dataclasses
+
+    state = IdState((ORDERS,))
+    assert state.reserve("orders", "a", 5, MAY14)[1:3] == (0, 5)
+    assert state.set_rules((dataclasses.replace(ORDERS, max_counter=999, mode="exact",
+                                                segment=0).to_record(),)) == ("OK",)
+    assert state.reserve("orders", "a", 1, MAY14)[1] == 5
+    # Removed: unknown, but its counters stay, and so does what it was.
+    assert state.set_rules(()) == ("OK",)
+    assert state.reserve("orders", "a", 1, MAY14) == UNKNOWN_RULE
+    assert "orders" in state.retired
+    again = IdState.from_records(state.to_records())
+    assert again.digest() == state.digest()
+    bad = dataclasses.replace(ORDERS, utc_offset=0).to_record()
+    assert again.set_rules((bad,))[0] == "RULES_REFUSED"
+    assert again.set_rules((ORDERS.to_record(),)) == ("OK",)
+    assert again.reserve("orders", "a", 1, MAY14)[1] == 6  # it goes on, never back to 0
+    assert not again.retired
+
+
+def test_a_version_1_ids_section_is_still_read():
+    state = IdState(step=2, offset=1)
+    state.reserve("o2o", "a", 3, MAY14)
+    _, step, offset, max_apps, rules, counters, _retired = state.to_records()
+    v1_rules = tuple(record[:7] for record in rules)  # before modes
+    restored = IdState.from_records((1, step, offset, max_apps, v1_rules, counters))
+    assert restored.digest() == state.digest()
+    assert all(r.mode == "exact" for r in restored.rules.values())
