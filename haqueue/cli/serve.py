@@ -304,4 +304,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         admin_token=cluster.admin_token,
         id_port=me.id_port,
         id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
+        id_rules=cluster.id_rules,
     )

@@ -67,6 +67,15 @@ def rule_from_record(record) -> IdRule:
 _CYCLE, _HIGH, _LAST = 0, 1, 2  # a counter: [cycle, highest value handed out, last time (ms)]
 
 
+def wanted_rule_records(file_rules: tuple[IdRule, ...] = ()) -> tuple:
+    """The rule set a leader wants in force: the built-in rules, with the cluster
+    file's rules added (one of the same name replaces the built-in), as
+    records sorted by name, comparable with IdState.rule_records()."""
+    rules = {r.name: r for r in seed_rules()}
+    rules.update((r.name, r) for r in file_rules)
+    return tuple(r.to_record() for _, r in sorted(rules.items()))
+
+
 class IdState:
     def __init__(self, rules: tuple[IdRule, ...] | None = None, *, step: int = 1, offset: int = 0,
                  max_apps_per_rule: int = MAX_APPS_PER_RULE) -> None:

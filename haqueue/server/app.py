@@ -32,6 +32,7 @@ from typing import Callable
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
+from haqueue.core.ids import rule_from_record, wanted_rule_records
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
@@ -99,6 +100,9 @@ class NodeOptions:
     # of every member, so that followers can name the leader.
     id_port: int = 0
     id_endpoints: dict[str, str] = field(default_factory=dict)
+    # The cluster file's [[id_rules]]: a new leader commits them (with the
+    # built-in rules) when they differ from the replicated rules.
+    id_rules: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,8 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
+        if not await self._commit_id_rules(term):
+            return
         with self.state_lock:
             self.directory = TubeDirectory(self.state.tubes)
         try:
@@ -291,6 +297,32 @@ class QueueServer:
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
+
+    async def _commit_id_rules(self, term: int) -> bool:
+        """Commit this node's id rules (cluster file + built-in) if the replicated
+        ones differ, before serving, so the first ids use them. A change that
+        could repeat ids is not proposed: one error line, and the replicated
+        rules stay. False if leadership was lost meanwhile."""
+        wanted = wanted_rule_records(self.options.id_rules)
+        with self.state_lock:
+            ids = self.state.ids
+            if ids.rule_records() == wanted:
+                return True
+            problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
+        if problem is not None:
+            log.error("id rules of the cluster file not proposed: %s", problem)
+            return True
+        done = self.loop.create_future()
+        self.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
+        result = await done
+        if result is None or not self.replica.leads_in(term):
+            log.warning("lost leadership while committing id rules (term %d)", term)
+            return False
+        if result[0] == "OK":
+            log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
+        else:
+            log.error("id rules refused: %s", result[1:])
+        return True
 
     async def _open_listener(self) -> None:
         listen = self.options.listen
@@ -380,6 +412,7 @@ class QueueServer:
             listener.close()
         if self._id_listener is not None:
             self._id_listener.close_vip()
+        self.id_requests.drop_blocks()
         for session in list(self.sessions):
             if graceful:
                 session.flush()

@@ -1,12 +1,25 @@
 """The id service's front end on the leader: JSON over UDP, and the requests behind `GET /id/...`.
 
 `IdRequests` turns a parsed request (protocol/idjson.py) into an answer:
-- get/create: an ID_RESERVE command through the group-commit batcher, so a
+- get/create of an exact-mode rule: an ID_RESERVE command through the group-commit batcher, so a
   reservation rides the same Raft entries as the queue's commands; the id is
   rendered from the committed values and the entry's stamp, and the reply
   goes out only after commit and apply (docs/design.md I1). Outcome unknown
   (leadership lost with the entry in flight) -> no reply: the client retries,
   an id may be wasted, never issued twice.
+- get/create of a segment-mode rule (Leaf-style): served from blocks of
+  `segment` values that committed ID_RESERVE entries took ahead of need, in
+  memory, with no commit per id. When what is left falls to 90 % of a block
+  the next block is reserved, so a steady client never waits for a commit;
+  a request that finds no block left waits for the one in flight. Blocks
+  live only on this leader for this term: on step-down they are dropped
+  (those values are wasted, never handed out again, since every block is
+  below the committed high-water mark that the next leader reserves above).
+  A block is served only while the read lease holds (a deposed leader that
+  does not know it yet stays silent rather than hand out values below a
+  new leader's), and only until its cycle ends by this node's clock. An id
+  from a block carries the block's committed time, so per key the rendered
+  time, like the counter, never goes back, on this leader or the next.
 - monitor: a read of the applied state, answered only while the read lease
   holds (a deposed leader that does not know it yet would report stale
   counters); otherwise no reply.
@@ -33,11 +46,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections import deque
 from typing import Callable
 
 from haqueue.core import commands as C
 from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
+from haqueue.server.batcher import wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +65,60 @@ RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the l
 Respond = Callable[[str | None, bytes | None], None]
 
 
+PREFETCH_AT = 0.9  # reserve the next block when what is left is below this share of one
+
+
+class Segments:
+    """One key's blocks on the leader: values committed ahead, not yet handed out."""
+
+    __slots__ = ("rule", "blocks", "fetching", "waiting", "exhausted")
+
+    def __init__(self, rule) -> None:
+        self.rule = rule  # the IdRule the blocks were taken under
+        # Each block: [next value, values left, step, cycle, committed time ms].
+        self.blocks: deque[list[int]] = deque()
+        self.fetching = False
+        self.waiting: list[tuple[GetId, Respond]] = []  # no block left: waiting for the next
+        # The last reservation answered EXHAUSTED: (cycle end ms or None: never).
+        # No more are tried before then, or every get near the end would be an entry.
+        self.exhausted: tuple[int | None] | None = None
+
+    def may_fetch(self, wall: int) -> bool:
+        if self.fetching:
+            return False
+        if self.exhausted is not None:
+            (until,) = self.exhausted
+            if until is None or wall < until:
+                return False
+            self.exhausted = None
+        return self.left() <= PREFETCH_AT * self.rule.segment
+
+    def take(self, wall: int) -> tuple[int, int] | None:
+        """The next value and the time to render it with, or None if no block has one.
+        A block whose cycle has ended by this node's clock is dropped; a clock
+        behind the block's keeps serving it (its time is frozen at the block's)."""
+        blocks = self.blocks
+        cycle_now = self.rule.cycle(wall)
+        while blocks:
+            block = blocks[0]
+            if block[1] <= 0 or cycle_now > block[3]:
+                blocks.popleft()
+                continue
+            value = block[0]
+            block[0] += block[2]
+            block[1] -= 1
+            return value, block[4]
+        return None
+
+    def left(self) -> int:
+        return sum(block[1] for block in self.blocks)
+
+
 class IdRequests:
     def __init__(self, server, leader_endpoints: dict[str, str] | None = None) -> None:
         self.server = server  # haqueue.server.app.QueueServer
         self.pending = 0
+        self.segments: dict[tuple[str, str], Segments] = {}  # segment-mode keys: this leader's blocks
         # Raft endpoint -> that node's id service "address:port", to name the leader.
         self.leader_endpoints = leader_endpoints or {}
         self._leader_cache: tuple[float, str | None] = (-1.0, None)
@@ -91,12 +156,100 @@ class IdRequests:
             bad = BadRequest("bad_request", "bad salt", request.seq)
             respond(bad.error, idjson.error(request, bad.error, bad.message))
             return
+        if rule.mode == "segment":
+            self._from_segment(request, rule, respond)
+            return
         if self.pending >= MAX_PENDING:
             respond(None, None)
             return
         self.pending += 1
         server.batcher.submit((C.ID_RESERVE, request.rule, request.app, 1),
                               lambda result: self._reserved(request, respond, result))
+
+    # ------------------------------------------------------------ segment mode
+    def _from_segment(self, request: GetId, rule, respond: Respond) -> None:
+        if not self.server.replica.read_lease_valid():
+            respond(None, None)  # maybe deposed: a newer leader may be serving higher values
+            return
+        key = (request.rule, request.app)
+        segments = self.segments.get(key)
+        if segments is None:
+            if self.pending >= MAX_PENDING:
+                respond(None, None)
+                return
+            segments = self.segments[key] = Segments(rule)
+        elif segments.rule is not rule:
+            # The rules changed (a new ID_SET_RULES): blocks taken under the
+            # old rule are dropped, wasted, rather than rendered with the new.
+            segments.rule = rule
+            segments.blocks.clear()
+            segments.exhausted = None
+        wall = wall_ms()
+        taken = segments.take(wall)
+        fetch = segments.may_fetch(wall)
+        if taken is not None:
+            value, now = taken
+            respond("ok", idjson.success(request, rule.render(value, now, request.salt or "")))
+        elif segments.exhausted is not None:
+            respond("exhausted", idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
+        elif self.pending >= MAX_PENDING:
+            respond(None, None)
+            return
+        else:
+            self.pending += 1
+            segments.waiting.append((request, respond))
+        if fetch:
+            self._fetch(key, segments)
+
+    def _fetch(self, key: tuple[str, str], segments: Segments) -> None:
+        segments.fetching = True
+        self.pending += 1
+        rule = segments.rule
+        self.server.batcher.submit((C.ID_RESERVE, rule.name, key[1], rule.segment),
+                                   lambda result: self._block(key, segments, result))
+
+    def _block(self, key: tuple[str, str], segments: Segments, result: tuple | None) -> None:
+        """A block's reservation is applied (or its outcome unknown: None)."""
+        self.pending -= 1
+        segments.fetching = False
+        if self.segments.get(key) is not segments:
+            return  # dropped on step-down: its waiters were answered then
+        waiting, segments.waiting = segments.waiting, []
+        tag = result[0] if result is not None else None
+        if tag == "RESERVED":
+            _, first, count, step, now = result
+            segments.blocks.append([first, count, step, segments.rule.cycle(now), now])
+            wall = wall_ms()
+            while waiting:
+                taken = segments.take(wall)
+                if taken is None:
+                    break
+                request, respond = waiting.pop(0)
+                self.pending -= 1
+                respond("ok", idjson.success(request, segments.rule.render(taken[0], taken[1],
+                                                                           request.salt or "")))
+            segments.waiting = waiting
+            if waiting or segments.may_fetch(wall):
+                self._fetch(key, segments)
+            return
+        if tag == "EXHAUSTED":
+            segments.exhausted = (result[1],)
+        for request, respond in waiting:
+            self.pending -= 1
+            self._reserved_error(request, respond, result)
+        if not segments.blocks:
+            del self.segments[key]
+
+    def drop_blocks(self) -> None:
+        """Leadership is gone: every block is wasted, every waiter gets silence
+        (the outcome of a reservation in flight is unknown)."""
+        segments, self.segments = self.segments, {}
+        for one in segments.values():
+            for _request, respond in one.waiting:
+                self.pending -= 1
+                respond(None, None)
+            one.waiting = []
+            one.blocks.clear()
 
     def _monitor(self, request: Monitor, respond: Respond) -> None:
         server = self.server
@@ -119,12 +272,21 @@ class IdRequests:
         if result is None:
             respond(None, None)  # outcome unknown: the id may be taken, so say nothing
             return
-        tag = result[0]
-        if tag == "RESERVED":
+        if result[0] == "RESERVED":
             _, first, _count, _step, now = result
             with self.server.state_lock:
-                rule = self.server.state.ids.rules[request.rule]
+                rule = self.server.state.ids.rules.get(request.rule)
+            if rule is None:  # removed by a later entry already applied: cannot render it
+                respond(None, None)
+                return
             respond("ok", idjson.success(request, rule.render(first, now, request.salt or "")))
+        else:
+            self._reserved_error(request, respond, result)
+
+    def _reserved_error(self, request: GetId, respond: Respond, result: tuple | None) -> None:
+        tag = result[0] if result is not None else None
+        if tag is None:
+            respond(None, None)
         elif tag == "EXHAUSTED":
             with self.server.state_lock:
                 rule = self.server.state.ids.rules.get(request.rule)

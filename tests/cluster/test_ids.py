@@ -25,9 +25,9 @@ def free_udp_port() -> int:
         return sock.getsockname()[1]
 
 
-def get_id(sock: socket.socket, deadline: float) -> int | None:
-    """One id of the `counter` rule, retrying each 0.3 s until deadline (None then)."""
-    request = json.dumps({"action": "get", "rule_name": "counter", "app_name": "failover"}).encode()
+def get_id(sock: socket.socket, deadline: float, rule: str = "counter") -> int | None:
+    """One id of `rule` (its id is its counter), retrying each 0.3 s until deadline (None then)."""
+    request = json.dumps({"action": "get", "rule_name": rule, "app_name": "failover"}).encode()
     while time.monotonic() < deadline:
         sock.send(request)
         try:
@@ -98,3 +98,48 @@ def test_followers_answer_not_leader_naming_the_leader(make_cluster):
         sock.connect((host, int(leader_port)))
         sock.send(request)
         assert json.loads(sock.recv(256))["code"] == 0
+
+
+SEGMENT_RULE = """
+[[id_rules]]
+name = "seg"
+format = "{counter:019}"
+mode = "segment"
+segment = 50
+"""
+
+
+def test_file_rules_are_committed_and_segment_ids_skip_but_never_repeat_or_go_back_across_a_kill(make_cluster):
+    """A segment-mode rule from the cluster file: the leader commits it, serves
+    blocks from memory, and the next leader starts above every block the
+    killed one held (values skip; none repeats, none goes back)."""
+    port = free_udp_port()
+    cluster = make_cluster(["-f0", "--id-port", str(port)], start=False)
+    with open(cluster.config_path, "a") as file:
+        file.write(SEGMENT_RULE)
+    cluster.start()
+    old = cluster.leader(timeout=15)
+    assert old is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(0.3)
+    sock.connect((VIP, port))
+    try:
+        before = [get_id(sock, time.monotonic() + 10, "seg") for _ in range(IDS_EACH_SIDE)]
+        assert None not in before, "the leader did not serve the file's segment rule"
+        assert before == list(range(IDS_EACH_SIDE))  # one leader: consecutive, from its blocks
+        killed_at = time.monotonic()
+        cluster.kill_node(old.id)
+        first = get_id(sock, killed_at + FAILOVER_BOUND, "seg")
+        assert first is not None, f"no id within {FAILOVER_BOUND} s of killing {old.id}"
+        after = [first] + [get_id(sock, time.monotonic() + 10, "seg") for _ in range(IDS_EACH_SIDE - 1)]
+    finally:
+        sock.close()
+    assert None not in after
+    ids = before + after
+    assert len(set(ids)) == len(ids), "an id was issued twice"
+    assert ids == sorted(ids), "ids went back"
+    # The killed leader held the block 0-49 (and perhaps, prefetched, 50-99):
+    # the next leader starts above every committed block, wasting the rest.
+    assert first >= 50, f"the new leader began at {first}, inside a block the old one held"
+    cluster.start_node(old.id)
+    wait_converged(cluster, timeout=15)  # the rules and counters are the same on every node
