@@ -165,7 +165,10 @@ class IdRule:
     segment: int = 0  # values per block in segment mode; 0 in exact mode
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", _validated(self))
+        # Validation renders 2,000 sampled instants for a rule that resets;
+        # every node validates each ID_SET_RULES entry, and a leader each file
+        # rule, so the same rule is validated once per process.
+        object.__setattr__(self, "tokens", _validated_cached(self))
 
     # -------------------------------------------------------------- cycles
     def cycle(self, now_ms: int) -> int:
@@ -220,6 +223,11 @@ def _horizon_years(tokens: tuple[Token, ...]) -> int | None:
         return None
     horizons = [_HORIZON_YEARS[n] for n in names if n in _HORIZON_YEARS]
     return max(horizons) if horizons else 1
+
+
+@functools.lru_cache(maxsize=256)
+def _validated_cached(rule: IdRule) -> tuple[Token, ...]:
+    return _validated(rule)  # a RuleError is not cached: raised again each time
 
 
 def _validated(rule: IdRule) -> tuple[Token, ...]:

@@ -266,3 +266,84 @@ def test_a_version_1_ids_section_is_still_read():
     restored = IdState.from_records((1, step, offset, max_apps, v1_rules, counters))
     assert restored.digest() == state.digest()
     assert all(r.mode == "exact" for r in restored.rules.values())
+
+
+# ---------------------------------------------------------------- the log, replayed
+def _log_steps():
+    from haqueue.core import commands as C
+
+    keys = st.sampled_from([("o2o", "a"), ("counter", "a"), ("daily", "a"), ("daily", "b"), ("gone", "a")])
+    reserve = st.builds(lambda key, n: (C.ID_RESERVE, key[0], key[1], n), keys, st.integers(1, 5))
+    rules = st.sampled_from(["base", "more", "segment", "without_daily"]).map(lambda name: (C.ID_SET_RULES, name))
+    jump = st.one_of(st.integers(-DAY, DAY), st.sampled_from([-1, 1, DAY, -DAY, 7 * DAY]))
+    entry = st.tuples(jump, st.lists(st.one_of(reserve, reserve, reserve, rules), min_size=1, max_size=4))
+    return st.lists(st.one_of(entry, entry, entry, st.just("restart")), max_size=40)
+
+
+DAILY = IdRule("daily", "{yy:02}{month:02}{day:02}{counter:02}", max_counter=9, reset_seconds=86400,
+               utc_offset=8 * 3600)
+RULE_SETS = {
+    "base": (DAILY,),
+    "more": (IdRule("daily", DAILY.format, max_counter=99, reset_seconds=86400, utc_offset=8 * 3600),
+             IdRule("gone", "G{counter:04}", max_counter=9999)),
+    "segment": (IdRule("daily", DAILY.format, max_counter=99, reset_seconds=86400, utc_offset=8 * 3600,
+                       mode="segment", segment=3),),
+    "without_daily": (IdRule("gone", "G{counter:04}", max_counter=9999),),
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(_log_steps())
+def test_a_log_of_reservations_rule_changes_restarts_and_clock_steps_never_repeats_an_id(steps):
+    """QueueState applies random entries (reservations, rule changes that are
+    accepted or refused, stamps that jump and run back); all nodes restart from
+    a snapshot now and then. Per key no id twice, (cycle, counter) only going
+    up in log order, and a replay of the whole log from scratch, like a replay
+    of the tail after the last snapshot, gives the same digest."""
+    from haqueue.core import commands as C
+    from haqueue.core.ids import wanted_rule_records
+    from haqueue.core.state import QueueState
+
+    state = QueueState()
+    log: list[tuple[int, list]] = []
+    snapshot, since_snapshot = state.serialize(), 0
+    stamp = MAY14
+    issued: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    texts: dict[tuple[str, str], set[str]] = {}
+    for step in steps:
+        if step == "restart":
+            state = QueueState.deserialize(state.serialize())
+            snapshot, since_snapshot = state.serialize(), len(log)
+            continue
+        jump, commands = step
+        stamp += jump
+        commands = [(C.ID_SET_RULES, wanted_rule_records(RULE_SETS[c[1]])) if c[0] == C.ID_SET_RULES else c
+                    for c in commands]
+        log.append((stamp, commands))
+        results = state.apply_batch(stamp, commands).results
+        for command, result in zip(commands, results):
+            assert result[0] in ("RESERVED", "EXHAUSTED", "UNKNOWN_RULE", "OK", "RULES_REFUSED"), result
+            if result[0] != "RESERVED":
+                continue
+            _, rule_name, app, _n = command
+            _, first, count, step_, now = result
+            # (A later command of the entry may have removed the rule; its
+            # definition is kept aside with its counters.)
+            rule = state.ids.rules.get(rule_name) or state.ids.retired[rule_name]
+            key = (rule_name, app)
+            for value in range(first, first + count * step_, step_):
+                mark = (rule.cycle(now), value)
+                assert not issued.get(key) or issued[key][-1] < mark, (key, issued[key][-1], mark)
+                issued.setdefault(key, []).append(mark)
+                text = rule.render(value, now)
+                assert text not in texts.setdefault(key, set()), (key, text)
+                texts[key].add(text)
+    assert state.internal_errors == 0
+    replay = QueueState()
+    for stamp, commands in log:
+        replay.apply_batch(stamp, commands)
+    assert replay.digest() == state.digest()
+    tail = QueueState.deserialize(snapshot)
+    for stamp, commands in log[since_snapshot:]:
+        tail.apply_batch(stamp, commands)
+    assert tail.digest() == state.digest()
