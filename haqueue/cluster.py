@@ -26,6 +26,7 @@ Shape (keys may be added; these are relied on by tooling and docs):
     virtual_router_id = 51       # VRRP router id, 1..255
     admin_token = "..."          # optional: /status and /gc need "Authorization: Bearer ..."
     id_port = 1200               # optional: the id service, JSON over UDP on the leader; 0 = off (default)
+    id_rate_limit = 20000        # optional: id datagrams a second per source address; 0 = no limit
 
     [[nodes]]
     id = "n1"
@@ -213,6 +214,7 @@ class Cluster:
     admin_token: str | None = None
     id_port: int = 0
     id_rules: tuple[IdRule, ...] = ()
+    id_rate_limit: int = 20_000
     source: str = "<memory>"
 
     @property
@@ -280,7 +282,7 @@ def _read_cluster(top: Fields) -> Cluster:
     top.only(TABLES, "unknown table")
     c = top.table("cluster").only(
         ("name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id", "admin_token",
-         "id_port"))
+         "id_port", "id_rate_limit"))
     name = c.string("name")
     if not _ID_RE.match(name):
         raise c.fail("name", f"{name!r} must be letters, digits, '-' or '_' (max 32)")
@@ -316,6 +318,7 @@ def _read_cluster(top: Fields) -> Cluster:
         admin_token=admin_token,
         id_port=id_port,
         id_rules=read_id_rules(top),
+        id_rate_limit=c.integer("id_rate_limit", 20_000, 0, 10**9),
         source=top.source,
     )
 

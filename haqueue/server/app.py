@@ -103,6 +103,7 @@ class NodeOptions:
     # The cluster file's [[id_rules]]: a new leader commits them (with the
     # built-in rules) when they differ from the replicated rules.
     id_rules: tuple = ()
+    id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,8 @@ class QueueServer:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
         listen = self.options.listen
-        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
+        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip,
+                                       rate=self.options.id_rate_limit)
         try:
             await self._id_listener.open()
         except OSError as exc:

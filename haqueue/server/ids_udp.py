@@ -39,6 +39,15 @@ from any other source.
 Memory: at most MAX_PENDING requests wait for a commit; beyond that a
 datagram is dropped unanswered (the client retries), so a flood cannot grow
 the batcher's queue without bound.
+
+Rate limit (`SourceLimit`): each source address gets a token bucket of
+`rate` datagrams a second (burst: a fifth of a second's worth, at least
+100), checked before a datagram is parsed; beyond it datagrams are dropped
+unanswered and counted. So one client, or one spoofed address, can neither
+take the node's whole time nor be sent more than `rate` replies a second.
+Buckets are kept for at most MAX_SOURCES addresses; beyond that, new
+addresses share one bucket (a spoofed flood of random sources then limits
+itself, not the known clients).
 """
 
 from __future__ import annotations
@@ -63,6 +72,51 @@ RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the l
 # respond(outcome, body): outcome is "ok", an idjson error name, or None when
 # the outcome is unknown (body None: no reply).
 Respond = Callable[[str | None, bytes | None], None]
+
+
+DEFAULT_RATE = 20_000  # datagrams a second per source address; 0: no limit
+MAX_SOURCES = 65_536
+
+
+class SourceLimit:
+    """A token bucket per source address (see the module docstring)."""
+
+    def __init__(self, rate: int, max_sources: int = MAX_SOURCES) -> None:
+        self.rate = rate
+        self.burst = max(100, rate // 5)
+        self.max_sources = max_sources
+        self.buckets: dict[str, list[float]] = {}  # address -> [tokens, at]
+        self.shared = [float(self.burst), 0.0]  # addresses beyond max_sources
+        self.dropped = 0
+
+    def allow(self, source: str, now: float) -> bool:
+        if not self.rate:
+            return True
+        bucket = self.buckets.get(source)
+        if bucket is None:
+            if len(self.buckets) >= self.max_sources:
+                self._forget_idle(now)
+            if len(self.buckets) >= self.max_sources:
+                bucket = self.shared
+            else:
+                bucket = self.buckets[source] = [float(self.burst), now]
+        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
+        if tokens < 1:
+            bucket[0] = tokens
+            self.dropped += 1
+            if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, ...: visible, never a flood
+                log.warning("id service: %d datagram(s) over the rate limit of %d/s per source dropped",
+                            self.dropped, self.rate)
+            return False
+        bucket[0] = tokens - 1
+        return True
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop the buckets that have filled up again: forgetting them changes nothing."""
+        refill = self.burst / self.rate
+        for source in [s for s, (tokens, at) in self.buckets.items() if now - at >= refill]:
+            del self.buckets[source]
 
 
 PREFETCH_AT = 0.9  # reserve the next block when what is left is below this share of one
@@ -303,14 +357,18 @@ class IdRequests:
 class IdDatagrams(asyncio.DatagramProtocol):
     """One bound UDP socket: each datagram parsed, answered to its sender from this socket."""
 
-    def __init__(self, requests: IdRequests) -> None:
+    def __init__(self, requests: IdRequests, limit: SourceLimit, clock: Callable[[], float]) -> None:
         self.requests = requests
+        self.limit = limit
+        self.clock = clock
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr) -> None:
+        if not self.limit.allow(addr[0], self.clock()):
+            return
         request = idjson.parse(data)
         if request is None:
             return
@@ -328,9 +386,11 @@ class IdDatagrams(asyncio.DatagramProtocol):
 
 
 class IdListener:
-    def __init__(self, server, requests: IdRequests, host: str, port: int, vip: str | None = None) -> None:
+    def __init__(self, server, requests: IdRequests, host: str, port: int, vip: str | None = None,
+                 rate: int = DEFAULT_RATE) -> None:
         self.server = server
         self.requests = requests
+        self.limit = SourceLimit(rate)  # shared by the node's own socket and the VIP's
         self.host = host
         self.port = port
         self.vip = vip if vip != host else None
@@ -371,7 +431,7 @@ class IdListener:
                 sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((host, self.port))
             transport, _ = await self.server.loop.create_datagram_endpoint(
-                lambda: IdDatagrams(self.requests), sock=sock)
+                lambda: IdDatagrams(self.requests, self.limit, self.server.loop.time), sock=sock)
         except BaseException:
             sock.close()
             raise

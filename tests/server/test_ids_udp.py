@@ -145,3 +145,69 @@ def test_http_form(node):
     assert http_id(admin_port, "/id/counter/bad%20app")[0] == 400
     assert http_id(admin_port, "/id/counter")[0] == 400
     assert http_id(admin_port, "/id/counter/web?salt=x")[0] == 400
+
+
+def commit_index(admin_port: int) -> int:
+    with urllib.request.urlopen(f"http://{HOST}:{admin_port}/status", timeout=5) as reply:
+        return json.loads(reply.read())["commit_index"]
+
+
+HOSTILE = [
+    b"x" * 1401,  # one past the size limit
+    b'{"action":"get","rule_name":"counter","app_name":"' + b"a" * 1400 + b'"}',
+    b"{" * 47,  # broken JSON
+    b"[" * 1000 + b"]" * 400,  # deep nesting
+    b'{"action":"get","rule_name":"counter","app_name":"a","x":NaN}',
+    b"\x00" * 100,
+    json.dumps({"action": ["get"], "rule_name": "counter", "app_name": "a"}).encode(),
+    json.dumps({"action": "get", "rule_name": 7, "app_name": "a"}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": {"a": 1}}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "a\u0000b"}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "a<b>"}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "\ud800xx"}).encode(),
+    json.dumps({"action": "get", "rule_name": "no-such-rule", "app_name": "a"}).encode(),
+    json.dumps({"action": "drop", "rule_name": "counter", "app_name": "a"}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "a", "seq": [1]}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "a", "salt": "zz"}).encode(),
+    json.dumps({"action": "get", "rule_name": "counter", "app_name": "a", "seq": "s" * 100}).encode(),
+]
+
+
+def test_hostile_datagrams_get_an_error_or_silence_and_never_a_log_entry(node):
+    _, client, admin_port, *_ = node
+    client.call(get("counter", "a"))
+    before = commit_index(admin_port)
+    smallest = 47
+    for datagram in HOSTILE:
+        reply = client.ask(datagram, timeout=0.2)
+        if reply is not None:  # an error, never success, never more than 256/47 times the request
+            assert json.loads(reply)["code"] == -1, (datagram[:60], reply)
+            assert len(reply) <= 256 and len(datagram) >= smallest
+    assert commit_index(admin_port) == before  # nothing hostile reached the log
+    value = int(client.call(get("counter", "a"))["data"])
+    assert commit_index(admin_port) == before + 1 and value == 1
+
+
+def test_a_source_over_the_rate_limit_is_dropped_and_served_again_after(tmp_path):
+    id_port = free_udp_port()
+    server = start_haqueue("--id-port", str(id_port), "--id-rate-limit", "200")  # burst 100
+    client = IdClient(id_port)
+    try:
+        client.call(get("counter", "flood"))  # the node serves (a token or a few taken)
+        request = get("counter", "flood")
+        for _ in range(400):  # a burst, sent without waiting for replies
+            client.sock.send(request)
+        replies = 0
+        client.sock.settimeout(0.5)
+        try:
+            while True:
+                client.sock.recv(256)
+                replies += 1
+        except socket.timeout:
+            pass
+        # About the burst (100), plus what refilled while sending: far from 400.
+        assert 90 <= replies < 250, replies
+        assert client.call(get("counter", "flood"))["code"] == 0  # served again once it slows down
+    finally:
+        client.close()
+        server.stop()
