@@ -168,7 +168,10 @@ class IdRule:
         # Validation renders 2,000 sampled instants for a rule that resets;
         # every node validates each ID_SET_RULES entry, and a leader each file
         # rule, so the same rule is validated once per process.
-        object.__setattr__(self, "tokens", _validated_cached(self))
+        tokens = _validated_cached(self)
+        object.__setattr__(self, "tokens", tokens)
+        # Whether rendering needs the calendar (most of a time-free id's cost).
+        object.__setattr__(self, "timed", any(type(t) is Field and t.name in _TIME_FIELDS for t in tokens))
 
     # -------------------------------------------------------------- cycles
     def cycle(self, now_ms: int) -> int:
@@ -185,7 +188,7 @@ class IdRule:
     # ----------------------------------------------------------- rendering
     def render(self, counter: int, now_ms: int, salt: str = "") -> str:
         unix = now_ms // 1000
-        moment = civil(unix, self.utc_offset)
+        moment = civil(unix, self.utc_offset) if self.timed else None
         out = []
         for token in self.tokens:
             if type(token) is str:
