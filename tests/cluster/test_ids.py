@@ -9,6 +9,7 @@ from the VIP, the address it sent to.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 
@@ -16,6 +17,7 @@ from tests.cluster.convergence import wait_converged
 
 VIP = "127.0.0.100"
 FAILOVER_BOUND = 10.0
+ELECTION_BOUND = 5.0
 IDS_EACH_SIDE = 30
 
 
@@ -143,3 +145,64 @@ def test_file_rules_are_committed_and_segment_ids_skip_but_never_repeat_or_go_ba
     assert first >= 50, f"the new leader began at {first}, inside a block the old one held"
     cluster.start_node(old.id)
     wait_converged(cluster, timeout=15)  # the rules and counters are the same on every node
+
+
+def ask_once(address: tuple[str, int], request: bytes, timeout: float) -> dict | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.send(request)
+        try:
+            return json.loads(sock.recv(256))
+        except (socket.timeout, ConnectionRefusedError):
+            return None
+
+
+def test_a_paused_leader_resumed_after_a_new_one_serves_no_id_from_its_old_blocks(make_cluster):
+    """SIGSTOP the leader while it holds a block, let the others elect and hand
+    out higher ids, SIGCONT it, and ask it at once (its socket also holds the
+    requests sent while it was stopped): its read lease has lapsed, so it
+    answers no id from the block it still holds, only silence or not_leader."""
+    port = free_udp_port()
+    cluster = make_cluster(["-f0", "--id-port", str(port)], start=False)
+    with open(cluster.config_path, "a") as file:
+        file.write(SEGMENT_RULE)
+    cluster.start()
+    old = cluster.leader(timeout=15)
+    assert old is not None
+    request = json.dumps({"action": "get", "rule_name": "seg", "app_name": "paused"}).encode()
+    spec = cluster.spec
+    old_address = (spec.node(old.id).address, port)
+    first = ask_once(old_address, request, 5)
+    assert first is not None and first["code"] == 0, first
+    held = int(first["data"])  # it now holds the rest of the block, and a prefetched one
+    cluster.signal_node(old.id, signal.SIGSTOP)
+    try:
+        new = cluster.leader(timeout=ELECTION_BOUND, exclude=old.id)
+        assert new is not None, f"no other leader within {ELECTION_BOUND} s of pausing {old.id}"
+        new_address = (spec.node(new.id).address, port)
+        deadline = time.monotonic() + 10
+        reply = None
+        while reply is None or reply["code"] != 0:
+            assert time.monotonic() < deadline, f"the new leader gave no id: {reply}"
+            reply = ask_once(new_address, request, 0.5)
+        newer = int(reply["data"])
+        assert newer >= held + 50  # above the whole block the paused leader holds
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stale:
+            stale.connect(old_address)
+            for _ in range(5):
+                stale.send(request)  # queued in the paused node's socket
+            cluster.signal_node(old.id, signal.SIGCONT)
+            stale.settimeout(0.3)
+            answers = []
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end:
+                try:
+                    answers.append(json.loads(stale.recv(256)))
+                except socket.timeout:
+                    stale.send(request)
+    finally:
+        cluster.signal_node(old.id, signal.SIGCONT)
+    served = [a for a in answers if a["code"] == 0]
+    assert not served, f"the resumed leader served {served} after {new.id} gave {newer}"
+    assert all(a["error"] == "not_leader" for a in answers), answers
