@@ -34,7 +34,10 @@ only while this node serves as leader (IP_FREEBIND: the address arrives after
 leadership does), like the client listener (server/app.py). Each socket is bound to one address,
 so a reply leaves from the address its request was sent to: a client that
 connect()s its UDP socket, as id_server's own client does, drops a reply
-from any other source.
+from any other source. A node bound to the IPv4 wildcard (`-l 0.0.0.0`)
+cannot rely on that: there each datagram's destination address comes with
+it (IP_PKTINFO), and its reply names that address as its source
+(`PktinfoTransport`).
 
 Memory: at most MAX_PENDING requests wait for a commit; beyond that a
 datagram is dropped unanswered (the client retries), so a flood cannot grow
@@ -55,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import struct
 from collections import deque
 from typing import Callable
 
@@ -66,6 +70,9 @@ from haqueue.server.batcher import wall_ms
 log = logging.getLogger(__name__)
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", None) or 8  # linux/in.h; Python 3.11 does not name it
+_PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
+READS_PER_WAKE = 64  # datagrams read per readiness event before others get the loop
 MAX_PENDING = 10_000
 RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the last
 
@@ -366,23 +373,91 @@ class IdDatagrams(asyncio.DatagramProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def datagram_received(self, data: bytes, addr) -> None:
+    def datagram_received(self, data: bytes, addr, local: bytes | None = None) -> None:
+        """`local`: the address it was sent to (packed), on a wildcard-bound socket."""
         if not self.limit.allow(addr[0], self.clock()):
             return
         request = idjson.parse(data)
         if request is None:
             return
-        self.requests.handle(request, lambda outcome, body: self._send(body, addr))
+        self.requests.handle(request, lambda outcome, body: self._send(body, addr, local))
 
-    def _send(self, body: bytes | None, addr) -> None:
+    def _send(self, body: bytes | None, addr, local: bytes | None = None) -> None:
         if body is not None and self.transport is not None and not self.transport.is_closing():
-            self.transport.sendto(body, addr)
+            if local is None:
+                self.transport.sendto(body, addr)
+            else:
+                self.transport.sendto_from(body, addr, local)
 
     def error_received(self, exc) -> None:
         pass  # an ICMP error for an earlier reply: the client has gone; nothing to do
 
     def connection_lost(self, exc) -> None:
         self.transport = None
+
+
+class PktinfoTransport:
+    """A UDP socket bound to 0.0.0.0 that answers from the address each request was sent to.
+
+    asyncio's datagram transports read with recvfrom and cannot pass the
+    destination address along, so this reads with recvmsg (IP_PKTINFO on)
+    and replies with sendmsg, naming that address as the source. Replies go
+    out at once; one the kernel cannot take now (a full send buffer) is
+    dropped, as the network may drop any datagram: the client retries.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: IdDatagrams) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.protocol = protocol
+        self.closing = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        self.ancillary = socket.CMSG_SPACE(_PKTINFO.size)
+        protocol.connection_made(self)
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        for _ in range(READS_PER_WAKE):
+            try:
+                data, ancdata, _flags, addr = self.sock.recvmsg(idjson.MAX_REQUEST + 1, self.ancillary)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # an ICMP error for an earlier reply: the client has gone
+                continue
+            local = None
+            for level, kind, value in ancdata:
+                if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(value) >= _PKTINFO.size:
+                    local = _PKTINFO.unpack_from(value)[2]  # ipi_addr: where it was sent
+            self.protocol.datagram_received(data, addr, local)
+            if self.closing:
+                return
+
+    def sendto_from(self, body: bytes, addr, local: bytes) -> None:
+        try:
+            self.sock.sendmsg([body], [(socket.IPPROTO_IP, IP_PKTINFO, _PKTINFO.pack(0, local, bytes(4)))],
+                               0, addr)
+        except OSError:
+            pass  # dropped, as UDP may drop it anywhere; the client retries
+
+    def sendto(self, body: bytes, addr) -> None:
+        try:
+            self.sock.sendto(body, addr)
+        except OSError:
+            pass
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str, default=None):
+        return self.sock.getsockname() if name == "sockname" else default
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+            self.protocol.connection_lost(None)
 
 
 class IdListener:
@@ -430,8 +505,11 @@ class IdListener:
             if freebind:
                 sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((host, self.port))
-            transport, _ = await self.server.loop.create_datagram_endpoint(
-                lambda: IdDatagrams(self.requests, self.limit, self.server.loop.time), sock=sock)
+            protocol = IdDatagrams(self.requests, self.limit, self.server.loop.time)
+            if host == "0.0.0.0":
+                transport = PktinfoTransport(self.server.loop, sock, protocol)
+            else:
+                transport, _ = await self.server.loop.create_datagram_endpoint(lambda: protocol, sock=sock)
         except BaseException:
             sock.close()
             raise

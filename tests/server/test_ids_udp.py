@@ -211,3 +211,54 @@ def test_a_source_over_the_rate_limit_is_dropped_and_served_again_after(tmp_path
     finally:
         client.close()
         server.stop()
+
+
+def test_a_wildcard_bound_socket_replies_from_the_address_each_request_was_sent_to():
+    """With -l 0.0.0.0 the kernel would pick a reply's source by route (127.0.0.1
+    here), and a client that connect()ed to 127.0.0.5, as id_server's client
+    does, drops it. IP_PKTINFO names the request's destination as the source.
+    Traffic stays on loopback; the wildcard socket lives for the test only."""
+    import asyncio
+
+    from haqueue.server.ids_udp import PktinfoTransport
+
+    class Echo:
+        transport = None
+
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def datagram_received(self, data, addr, local=None):
+            if data == b"plain":
+                self.transport.sendto(b"plain reply", addr)  # the kernel picks the source
+            else:
+                self.transport.sendto_from(b"pktinfo reply", addr, local)
+
+        def connection_lost(self, exc):
+            pass
+
+    async def scenario() -> tuple[bytes | None, bytes | None]:
+        loop = asyncio.get_running_loop()
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        server.bind(("0.0.0.0", 0))
+        transport = PktinfoTransport(loop, server, Echo())
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.setblocking(False)
+        client.connect(("127.0.0.5", server.getsockname()[1]))
+
+        async def ask(data: bytes) -> bytes | None:
+            client.send(data)
+            try:
+                return await asyncio.wait_for(loop.sock_recv(client, 256), 0.5)
+            except asyncio.TimeoutError:
+                return None
+
+        try:
+            return await ask(b"plain"), await ask(b"pktinfo")
+        finally:
+            client.close()
+            transport.close()
+
+    plain, pktinfo = asyncio.run(scenario())
+    assert plain is None  # the premise: without IP_PKTINFO a connect()ed client hears nothing
+    assert pktinfo == b"pktinfo reply"
