@@ -262,3 +262,69 @@ def test_a_wildcard_bound_socket_replies_from_the_address_each_request_was_sent_
     plain, pktinfo = asyncio.run(scenario())
     assert plain is None  # the premise: without IP_PKTINFO a connect()ed client hears nothing
     assert pktinfo == b"pktinfo reply"
+
+
+ONE_NODE = """\
+[cluster]
+name = "solo"
+vip = "127.0.0.100/8"
+secret = "s"
+client_port = {client}
+admin_port = {admin}
+raft_port = {raft}
+id_port = {id_port}
+
+[[nodes]]
+id = "n1"
+address = "127.0.0.1"
+interface = "lo"
+priority = 100
+
+[[id_rules]]
+name = "daily"
+format = "{prefix}{{yy:02}}{{month:02}}{{day:02}}{{counter:04}}"
+max_counter = 9999
+reset_seconds = 86400
+timezone = "+08:00"
+"""
+
+
+def test_file_rules_are_committed_and_a_change_that_could_repeat_ids_is_not(tmp_path):
+    """A one-node cluster file with a rule: the node commits it and serves it.
+    Restarted with the rule's format changed after it has counters, the node
+    does not propose the change (one error line in its log), keeps serving
+    the committed rule, and its counter goes on."""
+    import subprocess
+    import sys
+
+    id_port = free_udp_port()
+    ports = dict(client=free_port(), admin=free_port(), raft=free_port(), id_port=id_port)
+    config = tmp_path / "cluster.toml"
+    data = tmp_path / "data"
+    client = IdClient(id_port)
+
+    def run_node(prefix: str, log_name: str) -> list[dict]:
+        config.write_text(ONE_NODE.format(prefix=prefix, **ports))
+        log_path = tmp_path / log_name
+        with open(log_path, "wb") as log:
+            node = subprocess.Popen([sys.executable, "-m", "haqueue", "serve", "--config", str(config),
+                                     "--node", "n1", "-b", str(data), "-f", "0"], stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + DEADLINE
+            while client.call(get("counter", "ready")).get("error") == "not_leader":  # still starting
+                assert time.monotonic() < deadline, "the node never served"
+            return [client.call(get("daily", "a")) for _ in range(3)], log_path
+        finally:
+            node.terminate()
+            node.wait(timeout=10)
+
+    try:
+        first, _ = run_node("A", "first.log")
+        second, log_path = run_node("B", "second.log")
+    finally:
+        client.close()
+    assert all(reply["code"] == 0 for reply in first + second)
+    assert [r["data"][0] for r in first + second] == ["A"] * 6  # still the committed format
+    assert [int(r["data"][-4:]) for r in first + second] == list(range(6))
+    refused = [line for line in log_path.read_text().splitlines() if "not proposed" in line]
+    assert len(refused) == 1 and "format cannot change once the rule has counters" in refused[0], refused
