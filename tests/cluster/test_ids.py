@@ -12,6 +12,10 @@ import json
 import signal
 import socket
 import time
+import urllib.error
+import urllib.request
+
+import pytest
 
 from tests.cluster.convergence import wait_converged
 
@@ -100,6 +104,16 @@ def test_followers_answer_not_leader_naming_the_leader(make_cluster):
         sock.connect((host, int(leader_port)))
         sock.send(request)
         assert json.loads(sock.recv(256))["code"] == 0
+
+    # The HTTP form on the follower: 503, retry in a second, at the leader.
+    path = "/id/o2o/walk?seq=2"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{follower.address}:{follower.admin_port}{path}", timeout=5)
+    assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+    location = refused.value.headers["Location"]
+    assert location == f"http://{spec.node(leader.id).address}:{spec.node(leader.id).admin_port}{path}"
+    with urllib.request.urlopen(location, timeout=5) as answer:
+        assert json.loads(answer.read())["code"] == 0
 
 
 SEGMENT_RULE = """
