@@ -91,8 +91,9 @@ Shape (keys may be added; these are relied on by tooling and docs):
 
 Id rules are validated here (core/idrules.py: a format that could render two
 counters alike is refused) but take effect only as a committed entry: the
-leader proposes the file's rules when they differ from the replicated ones
-(server/app.py), so every node uses the same rules whatever its own file says.
+leader proposes the file's rules when they differ from the replicated ones,
+on taking office and on SIGHUP (server/app.py), so every node uses the same
+rules whatever its own file says.
 
 The optional tables have defaults for every key; the defaults are the
 documented, tested choice (docs/operations.md explains each).

@@ -312,4 +312,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
         id_rules=cluster.id_rules,
         id_rate_limit=cluster.id_rate_limit,
+        config_path=str(config_path),
     )

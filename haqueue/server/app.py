@@ -14,7 +14,8 @@ Duties, in the order they happen:
 4. When leadership is lost: close the listener and drop every client at once;
    in-flight commands end with their connections (outcome unknown).
 5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
-   DRAINING), as beanstalkd does.
+   DRAINING), as beanstalkd does. On SIGHUP re-read the cluster file's id
+   rules; the leader commits them if they differ (`_reload_id_rules`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class NodeOptions:
     # built-in rules) when they differ from the replicated rules.
     id_rules: tuple = ()
     id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
+    config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class QueueServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_id_rules)
         if self.options.early_signals is not None:
             for signum in self.options.early_signals():
                 if signum == signal.SIGUSR1:
@@ -244,6 +247,27 @@ class QueueServer:
     def _die(self, message: str) -> None:
         self.fatal = message
         self._stopped.set()
+
+    def _reload_id_rules(self) -> None:
+        """SIGHUP: read the cluster file's [[id_rules]] again. Every node keeps
+        them for when it leads; the leader commits them now if they differ from
+        the replicated rules. A file that does not validate changes nothing
+        (one error line): the node keeps the rules it had."""
+        from haqueue.cluster import ClusterFileError, load_cluster
+
+        path = self.options.config_path
+        if path is None:
+            log.info("SIGHUP: no cluster file to re-read")
+            return
+        try:
+            rules = load_cluster(path).id_rules
+        except ClusterFileError as exc:
+            log.error("SIGHUP: id rules not reloaded: %s", exc)
+            return
+        self.options.id_rules = rules
+        log.info("SIGHUP: id rules re-read from %s (%d in the file)", path, len(rules))
+        if self.serving:
+            self.loop.create_task(self._commit_id_rules(self.epoch))
 
     def _enter_drain_mode(self) -> None:
         log.info("drain mode: new puts are refused with DRAINING")

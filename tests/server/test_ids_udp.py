@@ -328,3 +328,58 @@ def test_file_rules_are_committed_and_a_change_that_could_repeat_ids_is_not(tmp_
     assert [int(r["data"][-4:]) for r in first + second] == list(range(6))
     refused = [line for line in log_path.read_text().splitlines() if "not proposed" in line]
     assert len(refused) == 1 and "format cannot change once the rule has counters" in refused[0], refused
+
+
+EXTRA_RULE = """
+[[id_rules]]
+name = "extra"
+format = "X{counter:04}"
+max_counter = 9999
+"""
+
+
+def test_sighup_rereads_the_rules_and_the_leader_commits_them(tmp_path):
+    """An edited cluster file takes effect on SIGHUP, as a committed entry; an
+    edit that does not validate changes nothing and is one error line."""
+    import signal
+    import subprocess
+    import sys
+
+    id_port = free_udp_port()
+    ports = dict(client=free_port(), admin=free_port(), raft=free_port(), id_port=id_port)
+    config = tmp_path / "cluster.toml"
+    config.write_text(ONE_NODE.format(prefix="A", **ports))
+    log_path = tmp_path / "node.log"
+    client = IdClient(id_port)
+    with open(log_path, "wb") as log:
+        node = subprocess.Popen([sys.executable, "-m", "haqueue", "serve", "--config", str(config),
+                                 "--node", "n1"], stdout=log, stderr=log)
+
+    def wait_for(condition, what: str):
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            reply = client.call(get("extra", "a"))
+            if condition(reply):
+                return reply
+            assert time.monotonic() < deadline, f"{what}: {reply}"
+            time.sleep(0.05)  # polling pace, bounded by the deadline
+
+    try:
+        first = wait_for(lambda r: r.get("error") != "not_leader", "the node never served")
+        assert first["error"] == "unknown_rule"
+        config.write_text(ONE_NODE.format(prefix="A", **ports) + EXTRA_RULE)
+        node.send_signal(signal.SIGHUP)
+        assert wait_for(lambda r: r["code"] == 0, "SIGHUP did not bring the new rule")["data"] == "X0000"
+        config.write_text(ONE_NODE.format(prefix="A", **ports).replace("{counter:04}", "{counter:02}"))
+        node.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + DEADLINE
+        while "id rules not reloaded" not in log_path.read_text():
+            assert time.monotonic() < deadline, "no error line for a file that does not validate"
+            time.sleep(0.05)
+        assert client.call(get("extra", "a"))["data"] == "X0001"  # the committed rules stay
+    finally:
+        client.close()
+        node.terminate()
+        node.wait(timeout=10)
+    errors = [line for line in log_path.read_text().splitlines() if "id rules not reloaded" in line]
+    assert len(errors) == 1 and "needs a fixed width of at least 4" in errors[0]
