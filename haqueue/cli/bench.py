@@ -31,6 +31,11 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command()
+@click.argument("what", required=False, type=click.Choice(["ids"]))
+@click.option("--id-mode", type=click.Choice(["segment", "exact", "both"]), default="both", show_default=True,
+              help="bench ids: which mode(s) to run.")
+@click.option("--clients", type=click.IntRange(min=1), default=None,
+              help="bench ids: closed-loop UDP clients [default: 4 in segment mode, 64 in exact mode].")
 @click.option("--address", default="127.0.0.1:11300", show_default=True, metavar="HOST:PORT",
               help="Any beanstalkd-protocol server.")
 @click.option("--workload", type=click.Choice(["put", "cycle", "openloop"]), default="put",
@@ -97,6 +102,9 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
 def bench(
+    what: str | None,
+    id_mode: str,
+    clients: int | None,
     address: str,
     workload: str,
     rate: float,
@@ -129,7 +137,30 @@ def bench(
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
     Every reply is checked; the first unexpected one ends the run with an error.
+
+    `haqueue bench ids` starts a three-node durable cluster with the id
+    service and measures ids/s and latency with closed-loop UDP clients
+    (--id-mode, --clients, --duration, --warmup).
     """
+    if what == "ids":
+        from haqueue.bench.ids import bench_ids
+
+        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
+                                  ("--memory", memory_jobs), ("--scrape", scrape_tubes),
+                                  ("--timers", timer_count), ("--startup", startup_count), ("--flood", flood))
+                  if on]
+        if others:
+            raise click.ClickException(f"bench ids starts its own cluster: it excludes {' and '.join(others)}")
+        modes = ["segment", "exact"] if id_mode == "both" else [id_mode]
+        try:
+            progress, started = Progress(), time.monotonic()
+            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench ids: {elapsed(started)} elapsed"):
+                runs = bench_ids(modes, clients, None, warmup, duration or 5.0)
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        for run in runs:
+            click.echo(run.describe())
+        return
     if server_cpus is not None:
         from haqueue.bench.servers import pin_servers
 

@@ -78,9 +78,13 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 @click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
                    "0: off. [default: 0; the cluster file's id_port]")
+@click.option("--id-rate-limit", type=click.IntRange(0, None), default=None, metavar="N",
+              help="Id service datagrams a second per source address; more are dropped unanswered; "
+                   "0: no limit. [default: 20000; the cluster file's id_rate_limit]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port) -> None:
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port,
+          id_rate_limit) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -109,6 +113,8 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
                 # the same one when a follower names the leader.
                 spec, _ = load_cluster_file(config_path, node_id)
                 options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
+        if id_rate_limit is not None:
+            options.id_rate_limit = id_rate_limit
         if admin is not None:
             host, sep, admin_port = admin.rpartition(":")
             if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -179,4 +185,7 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         admin_token=cluster.admin_token,
         id_port=me.id_port,
         id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
+        id_rules=cluster.id_rules,
+        id_rate_limit=cluster.id_rate_limit,
+        config_path=str(config_path),
     )

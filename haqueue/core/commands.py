@@ -23,8 +23,10 @@ from __future__ import annotations
 import io
 import pickle
 
-LOG_FORMAT_VERSION = 2
-FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14}  # the opcodes each version added start here
+LOG_FORMAT_VERSION = 3
+# The opcodes each version added start here. Version 3 is shared by two
+# features built in parallel: the id service owns 15-19, Gearman 20-39.
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15}
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -43,6 +45,8 @@ RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...), epoch): a new leader keep
 FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
 # version 2
 ID_RESERVE = 14  # (ID_RESERVE, rule, app, n): the id service hands out n values (core/ids.py)
+# version 3 (15-19: the id service)
+ID_SET_RULES = 15  # (ID_SET_RULES, (rule record, ...)): the id rules in force (core/ids.py)
 
 NAMES = {
     TICK: "tick",
@@ -60,6 +64,7 @@ NAMES = {
     RELEASE_ORPHANS: "release-orphans",
     FORGET_TUBE: "forget-tube",
     ID_RESERVE: "id-reserve",
+    ID_SET_RULES: "id-set-rules",
 }
 
 
@@ -69,12 +74,17 @@ class LogFormatError(ValueError):
 
 def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
-    version = 1
-    for command in commands:
-        if command[0] >= FIRST_OPCODE_OF_VERSION[2]:
-            version = 2
-            break
+    # Opcodes only grow with versions, so the highest opcode decides.
+    version = entry_version(max((command[0] for command in commands), default=0))
     return pickle.dumps((version, stamp_ms, commands), protocol=5)
+
+
+def entry_version(opcode: int) -> int:
+    """The lowest log format version that knows `opcode`."""
+    for version in range(LOG_FORMAT_VERSION, 1, -1):
+        if opcode >= FIRST_OPCODE_OF_VERSION[version]:
+            return version
+    return 1
 
 
 class _PlainValues(pickle.Unpickler):

@@ -42,6 +42,8 @@ from haqueue.core.tube import Tube, compact, overgrown
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
+# That section carries its own version (ids.IDS_FORMAT_VERSION), so its shape
+# changes without a new snapshot format.
 SNAPSHOT_FORMAT_VERSION = 3
 
 
@@ -484,6 +486,10 @@ class QueueState:
         _, rule, app, n = cmd
         return self.ids.reserve(rule, app, n, now)  # checks its own argument types
 
+    def _id_set_rules(self, cmd: tuple, now: int) -> tuple:
+        _, records = cmd
+        return self.ids.set_rules(records)  # validates every record; never raises
+
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
         if type(tube_name) is not str:
@@ -713,4 +719,5 @@ _HANDLERS = {
     C.RELEASE_ORPHANS: QueueState._release_orphans,
     C.FORGET_TUBE: QueueState._forget_tube,
     C.ID_RESERVE: QueueState._id_reserve,
+    C.ID_SET_RULES: QueueState._id_set_rules,
 }

@@ -14,7 +14,8 @@ Duties, in the order they happen:
 4. When leadership is lost: close the listener and drop every client at once;
    in-flight commands end with their connections (outcome unknown).
 5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
-   DRAINING), as beanstalkd does.
+   DRAINING), as beanstalkd does. On SIGHUP re-read the cluster file's id
+   rules; the leader commits them if they differ (`_reload_id_rules`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Callable
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
+from haqueue.core.ids import rule_from_record, wanted_rule_records
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
@@ -105,6 +107,11 @@ class NodeOptions:
     # of every member, so that followers can name the leader.
     id_port: int = 0
     id_endpoints: dict[str, str] = field(default_factory=dict)
+    # The cluster file's [[id_rules]]: a new leader commits them (with the
+    # built-in rules) when they differ from the replicated rules.
+    id_rules: tuple = ()
+    id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
+    config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,7 @@ class QueueServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_id_rules)
         if self.options.early_signals is not None:
             for signum in self.options.early_signals():
                 if signum == signal.SIGUSR1:
@@ -252,6 +260,27 @@ class QueueServer:
     def _die(self, message: str) -> None:
         self.fatal = message
         self._stopped.set()
+
+    def _reload_id_rules(self) -> None:
+        """SIGHUP: read the cluster file's [[id_rules]] again. Every node keeps
+        them for when it leads; the leader commits them now if they differ from
+        the replicated rules. A file that does not validate changes nothing
+        (one error line): the node keeps the rules it had."""
+        from haqueue.cluster import ClusterFileError, load_cluster
+
+        path = self.options.config_path
+        if path is None:
+            log.info("SIGHUP: no cluster file to re-read")
+            return
+        try:
+            rules = load_cluster(path).id_rules
+        except ClusterFileError as exc:
+            log.error("SIGHUP: id rules not reloaded: %s", exc)
+            return
+        self.options.id_rules = rules
+        log.info("SIGHUP: id rules re-read from %s (%d in the file)", path, len(rules))
+        if self.serving:
+            self.loop.create_task(self._commit_id_rules(self.epoch))
 
     def _enter_drain_mode(self) -> None:
         log.info("drain mode: new puts are refused with DRAINING")
@@ -292,6 +321,8 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
+        if not await self._commit_id_rules(term):
+            return
         with self.state_lock:
             self.directory = TubeDirectory(self.state.tubes)
         try:
@@ -304,6 +335,32 @@ class QueueServer:
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
+
+    async def _commit_id_rules(self, term: int) -> bool:
+        """Commit this node's id rules (cluster file + built-in) if the replicated
+        ones differ, before serving, so the first ids use them. A change that
+        could repeat ids is not proposed: one error line, and the replicated
+        rules stay. False if leadership was lost meanwhile."""
+        wanted = wanted_rule_records(self.options.id_rules)
+        with self.state_lock:
+            ids = self.state.ids
+            if ids.rule_records() == wanted:
+                return True
+            problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
+        if problem is not None:
+            log.error("id rules of the cluster file not proposed: %s", problem)
+            return True
+        done = self.loop.create_future()
+        self.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
+        result = await done
+        if result is None or not self.replica.leads_in(term):
+            log.warning("lost leadership while committing id rules (term %d)", term)
+            return False
+        if result[0] == "OK":
+            log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
+        else:
+            log.error("id rules refused: %s", result[1:])
+        return True
 
     async def _open_listener(self) -> None:
         listen = self.options.listen
@@ -329,7 +386,8 @@ class QueueServer:
         from haqueue.server.ids_udp import IdListener
 
         listen = self.options.listen
-        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
+        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip,
+                                       rate=self.options.id_rate_limit)
         try:
             await self._id_listener.open()
         except OSError as exc:
@@ -396,6 +454,7 @@ class QueueServer:
             listener.close()
         if self._id_listener is not None:
             self._id_listener.close_vip()
+        self.id_requests.drop_blocks()
         for session in list(self.sessions):
             if graceful:
                 session.flush()

@@ -74,6 +74,18 @@ def test_a_bad_cluster_file_is_one_line(tmp_path):
     assert result.stderr.count("\n") == 1 and "cluster.vip: missing" in result.stderr
 
 
+def test_an_id_rule_that_could_repeat_ids_stops_the_node_in_one_line(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text("[cluster]\nname = 'x'\nvip = '192.0.2.100/24'\nsecret = 's'\n"
+                   "[[nodes]]\nid = 'n1'\naddress = '192.0.2.11'\ninterface = 'lo'\npriority = 100\n"
+                   "[[id_rules]]\nname = 'daily'\nformat = '{month:02}{counter:04}'\nmax_counter = 9999\n"
+                   "reset_seconds = 86400\n")
+    result = run("--config", str(bad), "--node", "n1")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "id_rules[0]: id rule 'daily'" in result.stderr and "render the same for two cycles" in result.stderr
+
+
 def test_a_bad_max_memory_is_one_line():
     result = run("-p", "0", "--max-memory", "lots")
     assert result.returncode == 1
