@@ -78,6 +78,13 @@ def cluster_text(state: LabState, script_dir: str) -> str:
         lines += ["[[nodes]]", f'id = "{node_id}"', f'address = "{state.node_address(i)}"',
                   f'interface = "{topology.IFNAME}"', f"priority = {150 - 10 * i}", ""]
     lines += [
+        # The id workload asks both modes: the built-in `counter` (exact) and this one.
+        "[[id_rules]]",
+        'name = "segment"',
+        'format = "{counter:019}"',
+        'mode = "segment"',
+        "segment = 1000",
+        "",
         "[keepalived]",
         "advert_int = 0.1",
         # The check script only curls /leader; nobody exists on every host,
