@@ -313,26 +313,33 @@ class QueueState:
         best.tube.unlink_ready(best)
         return self._reserve(best, conn, now)
 
-    def _reserve_job(self, cmd: tuple, now: int) -> tuple:
+    def _conn_and_job(self, cmd: tuple) -> tuple[int, Job | None] | None:
+        """(conn, the job it names or None) of an (OP, conn, job_id) command; None if malformed."""
         _, conn, job_id = cmd
         if type(conn) is not int or type(job_id) is not int:
+            return None
+        return conn, self.jobs.get(job_id)
+
+    def _reserve_job(self, cmd: tuple, now: int) -> tuple:
+        named = self._conn_and_job(cmd)
+        if named is None:
             return self._malformed()
-        job = self.jobs.get(job_id)
+        conn, job = named
         if job is None or job.state == RESERVED or conn >> 32 < self.conn_epoch_floor:
             return NOT_FOUND
         self._take_out(job)
         return self._reserve(job, conn, now)
 
     def _delete(self, cmd: tuple, now: int) -> tuple:
-        _, conn, job_id = cmd
-        if type(conn) is not int or type(job_id) is not int:
+        named = self._conn_and_job(cmd)
+        if named is None:
             return self._malformed()
-        job = self.jobs.get(job_id)
+        conn, job = named
         if job is None or (job.state == RESERVED and job.reserver != conn):
             return NOT_FOUND
         self._take_out(job)
         job.state = DELETED
-        del self.jobs[job_id]
+        del self.jobs[job.id]
         tube = job.tube
         tube.cmd_delete += 1
         if tube.job_count == 0:
