@@ -346,16 +346,23 @@ class QueueState:
             self._emptied.add(tube.name)
         return R.DELETED
 
+    def _give_back(self, conn: int, job_id: int, pri: int) -> Job | None:
+        """The job `conn` holds, no longer reserved, at priority `pri` (release and bury
+        both start so); None if `conn` holds no such job."""
+        job = self._reserved_by_conn(conn, job_id)
+        if job is not None:
+            self._unreserve(job)
+            job.pri = self._ints[pri]
+        return job
+
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
         if (type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int
                 or not 0 <= pri <= MAX_PRI):
             return self._malformed()
-        job = self._reserved_by_conn(conn, job_id)
+        job = self._give_back(conn, job_id, pri)
         if job is None:
             return NOT_FOUND
-        self._unreserve(job)
-        job.pri = self._ints[pri]
         job.delay = self._ints[delay]
         job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
@@ -365,11 +372,9 @@ class QueueState:
         _, conn, job_id, pri = cmd
         if type(conn) is not int or type(job_id) is not int or type(pri) is not int or not 0 <= pri <= MAX_PRI:
             return self._malformed()
-        job = self._reserved_by_conn(conn, job_id)
+        job = self._give_back(conn, job_id, pri)
         if job is None:
             return NOT_FOUND
-        self._unreserve(job)
-        job.pri = self._ints[pri]
         job.tallies += J.BURY
         job.tube.push_buried(job)
         return R.BURIED
