@@ -17,36 +17,22 @@ from haqueue.core.ids import IdState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
+from tests.support.held import HeldCommands, Lease
 
 NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z
 
 
-class Held:
+class Held(HeldCommands):
     """Commands waiting for their entry's commit; commit() applies them, fail() loses them."""
 
     def __init__(self, state) -> None:
+        super().__init__()
         self.state = state
-        self.waiting: list[tuple] = []
-
-    def submit(self, command, continuation) -> None:
-        self.waiting.append((command, continuation))
 
     def commit(self) -> None:
         waiting, self.waiting = self.waiting, []
         for (_, rule, app, n), continuation in waiting:
             continuation(self.state.ids.reserve(rule, app, n, NOW))
-
-    def fail(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for _, continuation in waiting:
-            continuation(None)
-
-
-class Lease:
-    valid = True
-
-    def read_lease_valid(self) -> bool:
-        return self.valid
 
 
 class Node:

@@ -29,6 +29,7 @@ from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
+from tests.support.held import HeldCommands, Lease
 
 DAY = 86_400_000
 T0 = 1_795_363_200_000  # 2026-11-22T16:00:00Z = 2026-11-23T00:00+08:00, a cycle start
@@ -49,16 +50,13 @@ class Clock:
         return self.now
 
 
-class Log:
+class Log(HeldCommands):
     """Submitted commands wait; commit() applies them in one entry stamped by the clock."""
 
     def __init__(self, node: "Node") -> None:
+        super().__init__()
         self.node = node
-        self.waiting: list[tuple] = []
         self.entries = 0
-
-    def submit(self, command, continuation) -> None:
-        self.waiting.append((command, continuation))
 
     def commit(self) -> None:
         waiting, self.waiting = self.waiting, []
@@ -70,18 +68,6 @@ class Log:
         self.node.applied.append((stamp, [command for command, _ in waiting]))
         for (_, continuation), result in zip(waiting, results):
             continuation(result)
-
-    def fail(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for _, continuation in waiting:
-            continuation(None)
-
-
-class Lease:
-    valid = True
-
-    def read_lease_valid(self) -> bool:
-        return self.valid
 
 
 class Node:
