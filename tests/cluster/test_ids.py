@@ -125,17 +125,23 @@ segment = 50
 """
 
 
-def test_file_rules_are_committed_and_segment_ids_skip_but_never_repeat_or_go_back_across_a_kill(make_cluster):
-    """A segment-mode rule from the cluster file: the leader commits it, serves
-    blocks from memory, and the next leader starts above every block the
-    killed one held (values skip; none repeats, none goes back)."""
+def segment_cluster(make_cluster):
+    """A cluster serving ids on a free UDP port, with SEGMENT_RULE in its file: (port, cluster, leader)."""
     port = free_udp_port()
     cluster = make_cluster(["-f0", "--id-port", str(port)], start=False)
     with open(cluster.config_path, "a") as file:
         file.write(SEGMENT_RULE)
     cluster.start()
-    old = cluster.leader(timeout=15)
-    assert old is not None
+    leader = cluster.leader(timeout=15)
+    assert leader is not None
+    return port, cluster, leader
+
+
+def test_file_rules_are_committed_and_segment_ids_skip_but_never_repeat_or_go_back_across_a_kill(make_cluster):
+    """A segment-mode rule from the cluster file: the leader commits it, serves
+    blocks from memory, and the next leader starts above every block the
+    killed one held (values skip; none repeats, none goes back)."""
+    port, cluster, old = segment_cluster(make_cluster)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.settimeout(0.3)
     sock.connect((VIP, port))
@@ -177,13 +183,7 @@ def test_a_paused_leader_resumed_after_a_new_one_serves_no_id_from_its_old_block
     out higher ids, SIGCONT it, and ask it at once (its socket also holds the
     requests sent while it was stopped): its read lease has lapsed, so it
     answers no id from the block it still holds, only silence or not_leader."""
-    port = free_udp_port()
-    cluster = make_cluster(["-f0", "--id-port", str(port)], start=False)
-    with open(cluster.config_path, "a") as file:
-        file.write(SEGMENT_RULE)
-    cluster.start()
-    old = cluster.leader(timeout=15)
-    assert old is not None
+    port, cluster, old = segment_cluster(make_cluster)
     request = json.dumps({"action": "get", "rule_name": "seg", "app_name": "paused"}).encode()
     spec = cluster.spec
     old_address = (spec.node(old.id).address, port)
