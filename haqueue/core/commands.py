@@ -23,8 +23,10 @@ from __future__ import annotations
 import io
 import pickle
 
-LOG_FORMAT_VERSION = 2
-FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14}  # the opcodes each version added start here
+LOG_FORMAT_VERSION = 3
+# the opcodes each version added start here; version 3's are split between its two
+# front ends: 15-19 the id service's, 20-39 Gearman's (core/gearman.py)
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15}
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -43,6 +45,15 @@ RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...), epoch): a new leader keep
 FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
 # version 2
 ID_RESERVE = 14  # (ID_RESERVE, rule, app, n): the id service hands out n values (core/ids.py)
+# version 3: Gearman (core/gearman.py; conn as for beanstalk connections). RELEASE_ORPHANS
+# also drops every Gearman connection but those it keeps: before any of these
+# opcodes is logged there is no Gearman state, so old and new nodes agree on it.
+GM_SUBMIT = 20  # (GM_SUBMIT, conn, function, unique, data, priority, background, run_at_ms)
+GM_GRAB = 21  # (GM_GRAB, conn, (function, ...))
+GM_WORK_STATUS = 22  # (GM_WORK_STATUS, conn, handle, numerator, denominator)
+GM_FINISH = 23  # (GM_FINISH, conn, handle): WORK_COMPLETE, WORK_FAIL or WORK_EXCEPTION
+GM_DROP_CONN = 24  # (GM_DROP_CONN, conn): a Gearman connection closed
+GM_MAX_QUEUE = 25  # (GM_MAX_QUEUE, function, size): the admin `maxqueue`; 0 lifts the bound
 
 NAMES = {
     TICK: "tick",
@@ -60,6 +71,12 @@ NAMES = {
     RELEASE_ORPHANS: "release-orphans",
     FORGET_TUBE: "forget-tube",
     ID_RESERVE: "id-reserve",
+    GM_SUBMIT: "gearman-submit",
+    GM_GRAB: "gearman-grab",
+    GM_WORK_STATUS: "gearman-work-status",
+    GM_FINISH: "gearman-finish",
+    GM_DROP_CONN: "gearman-drop-conn",
+    GM_MAX_QUEUE: "gearman-max-queue",
 }
 
 
@@ -71,10 +88,14 @@ def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
     version = 1
     for command in commands:
-        if command[0] >= FIRST_OPCODE_OF_VERSION[2]:
-            version = 2
-            break
+        opcode = command[0]
+        if opcode >= FIRST_OPCODE_OF_VERSION[2]:
+            version = max(version, _version_of(opcode))
     return pickle.dumps((version, stamp_ms, commands), protocol=5)
+
+
+def _version_of(opcode: int) -> int:
+    return max(v for v, first in FIRST_OPCODE_OF_VERSION.items() if opcode >= first)
 
 
 class _PlainValues(pickle.Unpickler):

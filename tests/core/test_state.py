@@ -930,12 +930,13 @@ def test_buried_order_is_part_of_the_digest():
 def test_version_1_snapshot_records_are_still_read():
     state = QueueState()
     run(state, T0, put(), put(delay=1000), put(), reserve(1), bury(1, 1))
-    version, next_id, now, total, timeouts, tubes, jobs, floor, ids = state.to_records()
-    assert version == 3
+    version, next_id, now, total, timeouts, tubes, jobs, floor, ids, gearman = state.to_records()
+    assert version == 4
     v1_tubes = tuple(t[:6] for t in tubes)
     for records in ((1, next_id, now, total, timeouts, v1_tubes, jobs, floor),
                     (1, next_id, now, total, timeouts, v1_tubes, jobs),
-                    (2, next_id, now, total, timeouts, tubes, jobs, floor)):  # 2: no id section
+                    (2, next_id, now, total, timeouts, tubes, jobs, floor),  # 2: no id section
+                    (3, next_id, now, total, timeouts, tubes, jobs, floor, ids)):  # 3: no Gearman section
         restored = QueueState.from_records(records)
         assert restored.digest() == state.digest()
 
