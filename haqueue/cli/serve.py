@@ -135,9 +135,13 @@ def _drop_privileges(user: str) -> None:
 @click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
                    "0: off. [default: 0; the cluster file's id_port]")
+@click.option("--gearman-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the Gearman protocol on this TCP port at the -l address (the leader only); "
+                   "0: off. [default: 0; the cluster file's gearman_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port) -> None:
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port,
+          gearman_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -192,6 +196,13 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
             # the same one when a follower names the leader.
             spec, _ = load_cluster_file(config_path, node_id)
             options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
+    if gearman_port is not None:
+        if options.listen.unix_path or options.listen.sock is not None:
+            raise HaqueueError("--gearman-port needs -l HOST (the Gearman port's address), "
+                               "not a Unix or inherited socket")
+        if gearman_port and gearman_port == options.listen.port:
+            raise HaqueueError(f"--gearman-port {gearman_port} is the beanstalkd port (-p)")
+        options.gearman_port = gearman_port
     if admin is not None:
         host, sep, admin_port = admin.rpartition(":")
         if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -304,4 +315,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         admin_token=cluster.admin_token,
         id_port=me.id_port,
         id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
+        gearman_port=me.gearman_port,
     )

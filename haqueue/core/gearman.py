@@ -284,6 +284,33 @@ class GearmanState:
             return (False, False, 0, 0)
         return (True, job.state == RUNNING, job.numerator, job.denominator)
 
+    def status_by_unique(self, unique: bytes) -> tuple[bool, bool, int, int, int]:
+        """GET_STATUS_UNIQUE: (known, running, numerator, denominator, clients waiting), the
+        unique id looked up in every function (the packet names none), by function name."""
+        for (_, key), handle in sorted(self.by_unique.items()):
+            if key == unique:
+                job = self.jobs[handle]
+                return (True, job.state == RUNNING, job.numerator, job.denominator, len(job.clients))
+        return (False, False, 0, 0, 0)
+
+    def grabbable(self, functions) -> bool:
+        """Whether a grab by a worker of these functions would find a job (read-only)."""
+        jobs = self.jobs
+        for name in functions:
+            fn = self.functions.get(name)
+            if fn is None or not fn.queued:
+                continue
+            for queue in fn.queues:
+                for handle in queue:  # ended jobs leave stale handles; the first live one decides
+                    job = jobs.get(handle)
+                    if job is not None and job.state == QUEUED:
+                        return True
+        return False
+
+    def holds(self, conn: int) -> bool:
+        """Whether a connection runs or waits for a job (its going away changes something)."""
+        return conn in self._held
+
     def function_counts(self) -> list[tuple[str, int, int]]:
         """The admin `status` lines' first columns: (function, total, running), by name."""
         return [(fn.name, fn.queued + fn.running, fn.running) for fn in sorted(self.functions.values(),

@@ -35,6 +35,7 @@ from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.gearman_service import GearmanService
 from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
@@ -99,6 +100,9 @@ class NodeOptions:
     # of every member, so that followers can name the leader.
     id_port: int = 0
     id_endpoints: dict[str, str] = field(default_factory=dict)
+    # The Gearman port on the client listener's host (and the VIP), served by
+    # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
+    gearman_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,10 @@ class QueueServer:
         self._tls_context: ssl.SSLContext | None = None
         self.id_requests = IdRequests(self, options.id_endpoints)
         self._id_listener: IdListener | None = None
+        self.gearman: GearmanService | None = None
+        if options.gearman_port:
+            listen = options.listen
+            self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
 
     # ------------------------------------------------------------ properties
     @property
@@ -286,6 +294,13 @@ class QueueServer:
         except OSError as exc:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
+        if self.gearman is not None:
+            try:
+                await self.gearman.open()
+            except OSError as exc:
+                self._die(f"cannot serve Gearman on {self.gearman.host}:{self.gearman.port}: "
+                          f"{exc.strerror or exc}")
+                return
         self.serving = True
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
         if self._id_listener is not None:
@@ -357,8 +372,12 @@ class QueueServer:
                 log.warning("max-connections %d reached: refused %d connection(s) so far",
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
+        return Session(self, self.next_conn_id())
+
+    def next_conn_id(self) -> int:
+        """A connection id no other connection of any leader has: (term << 32) | serial."""
         self.conn_serial += 1
-        return Session(self, (self.epoch << 32) | self.conn_serial)
+        return (self.epoch << 32) | self.conn_serial
 
     def _step_down(self, graceful: bool = False) -> None:
         was_serving = self.serving
@@ -380,6 +399,8 @@ class QueueServer:
             listener.close()
         if self._id_listener is not None:
             self._id_listener.close_vip()
+        if self.gearman is not None:
+            self.gearman.close(graceful)
         for session in list(self.sessions):
             if graceful:
                 session.flush()
@@ -478,6 +499,8 @@ class QueueServer:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
             if effects.woken and self.waiters:
                 self._wake_waiters()
+            if effects.gearman_woken and self.gearman is not None:
+                self.gearman.wake(effects.gearman_woken)
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()
