@@ -13,8 +13,11 @@ Decisions (docs/design.md will carry them when the front end lands):
   across failovers and restarts (gearmand's include its host and a counter
   that restarts with the process).
 - **Priorities** high, normal, low, first in first out within each; a job
-  whose worker goes away goes back to the head of its priority (it was the
-  oldest there), as gearmand does.
+  whose worker goes away goes back to the end of its priority's queue, as
+  gearmand 1.1.20 does (tests/gearman/test_gearman_differential.py shows it).
+- **A worker's functions** are tried in its order (the front end passes
+  the newest ability first, as gearmand keeps them), and the first with a
+  queued job gives its most urgent one, as gearmand's job_take does.
 - **Unique ids**: a second submission of the same function and unique id
   while the job exists attaches to it (same handle); a foreground client is
   then told its result too. An empty unique id never coalesces.
@@ -167,16 +170,16 @@ class GearmanState:
         self.woken.add(job.function)
 
     def grab(self, worker: int, functions: tuple[str, ...], now: int) -> tuple:
-        """The most urgent job of any function this worker can do: ("ASSIGN", handle,
-        function, unique, data), or NO_JOB. Functions are tried by priority first, then
-        in the worker's order."""
+        """A job for this worker: ("ASSIGN", handle, function, unique, data), or NO_JOB.
+        As gearmand: the first of the worker's functions (in the order given: the
+        front end passes its newest ability first, as gearmand keeps them) that has a
+        queued job, and in it the most urgent, oldest first."""
         self.advance(now)
-        for priority in (HIGH, NORMAL, LOW):
-            for name in functions:
-                fn = self.functions.get(name)
-                if fn is None:
-                    continue
-                queue = fn.queues[priority]
+        for name in functions:
+            fn = self.functions.get(name)
+            if fn is None or not fn.queued:
+                continue
+            for queue in fn.queues:
                 while queue:
                     handle = queue.popleft()
                     job = self.jobs.get(handle)
@@ -232,7 +235,7 @@ class GearmanState:
 
     def drop_connection(self, conn: int) -> tuple:
         """A client or worker connection went away: its running jobs go back to the
-        head of their queue; foreground jobs it alone waited for end."""
+        end of their queue, oldest first; foreground jobs it alone waited for end."""
         self._drop(sorted(self._held.pop(conn, ()), key=_handle_number), {conn})
         return DONE
 
@@ -267,8 +270,8 @@ class GearmanState:
                 job.numerator = job.denominator = 0
                 fn.queued += 1
                 requeued.append(job)
-        for job in reversed(requeued):  # oldest ends up first
-            self._enqueue(job, at_head=True)
+        for job in requeued:
+            self._enqueue(job, at_head=False)
 
     def set_max_queue(self, function: str, size: int) -> tuple:
         fn = self._function(function)

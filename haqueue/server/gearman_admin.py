@@ -48,7 +48,8 @@ def workers_lines(sessions) -> bytes:
     """One line per connection, newest first (as gearmand lists them)."""
     out = []
     for session in sorted(sessions, key=lambda s: s.conn_id, reverse=True):
-        functions = b"".join(b" " + name.encode("latin-1") for name in session.abilities)
+        # Newest ability first, as gearmand lists them.
+        functions = b"".join(b" " + name.encode("latin-1") for name in reversed(list(session.abilities)))
         out.append(b"%d %s %s :%s\n" % (session.conn_id & 0xFFFFFFFF, session.peer.encode(),
                                         session.client_id, functions))
     return b"".join(out) + b".\n"

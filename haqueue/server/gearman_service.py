@@ -252,8 +252,9 @@ class GearmanService:
             if session is None:
                 continue
             if name == "WORK_EXCEPTION" and not session.exceptions:
-                # Without OPTION_REQ "exceptions" a client learns only that it failed (as gearmand).
-                session.send(P.response("WORK_FAIL", args[0]))
+                # Without OPTION_REQ "exceptions" a client learns only that it failed; gearmand
+                # sends the handle with a NUL after it, and so does haqueue (byte for byte).
+                session.send(P.response("WORK_FAIL", args[0] + b"\0"))
             else:
                 session.send(packet)
 

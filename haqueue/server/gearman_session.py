@@ -452,7 +452,7 @@ class GearmanSession(asyncio.Protocol):
     def _grab(self, name: str) -> None:
         service = self.service
         self.service.wake_off(self)
-        functions = tuple(self.abilities)
+        functions = tuple(reversed(self.abilities))  # newest first, as gearmand tries them
         if not self.in_flight:
             # Nothing of ours in flight: the applied state can tell "nothing for you"
             # without an entry (a stale answer costs the worker one PRE_SLEEP/NOOP round).
