@@ -165,7 +165,7 @@ def test_submit_job_sched_and_epoch_are_delayed_jobs(server):
         assert time.time() >= soon
         worker.req("GRAB_JOB")
         assert parse(worker.packet())[1][2] == b"epoch"
-        assert b"later\t1\t1\t1\n" in worker.admin(b"status")  # the scheduled one still waits
+        assert b"later\t2\t1\t1\n" in worker.admin(b"status")  # one running, the scheduled one waits
 
 
 def test_bad_schedules_are_refused(server):
