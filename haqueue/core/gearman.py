@@ -123,7 +123,9 @@ class GearmanState:
             handle = self.by_unique.get((function, unique))
             if handle is not None:
                 job = self.jobs[handle]
-                if not background and client not in job.clients:
+                if not background:
+                    # Once per submission, as gearmand counts them: a connection that
+                    # submitted twice is told twice (GET_STATUS_UNIQUE counts both).
                     job.clients.append(client)
                     self._hold(client, handle)
                 return ("CREATED", handle)

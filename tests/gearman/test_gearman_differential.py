@@ -155,6 +155,21 @@ def foreground_results_reach_every_attached_client(w: World) -> None:
     w.read("second client (exceptions)", second, 4)
 
 
+def one_connection_submitting_twice_is_told_twice(w: World) -> None:
+    client, worker = w.conn(), w.conn()
+    client.req("SUBMIT_JOB", b"twice", b"u", b"x")
+    client.req("SUBMIT_JOB", b"twice", b"u", b"x")
+    w.read("created, the same handle", client, 2)
+    client.req("GET_STATUS_UNIQUE", b"u")
+    w.read("two waiting", client)
+    worker.req("CAN_DO", b"twice")
+    worker.req("GRAB_JOB")
+    (assign,) = w.read("assign", worker)
+    worker.req("WORK_COMPLETE", handle_of(assign), b"r")
+    w.read("a WORK_COMPLETE per submission", client, 2)
+    w.synced("no third", client)
+
+
 def work_complete_and_fail_to_a_foreground_client(w: World) -> None:
     client, worker = w.conn(), w.conn()
     worker.req("CAN_DO", b"c")
@@ -295,7 +310,8 @@ def _type(name: str) -> int:
 
 
 SHARED = [echo, background_job_lifecycle, priorities_and_fifo, foreground_results_reach_every_attached_client,
-          work_complete_and_fail_to_a_foreground_client, sleep_and_wake, worker_gone_mid_job_puts_it_back,
+          one_connection_submitting_twice_is_told_twice, work_complete_and_fail_to_a_foreground_client,
+          sleep_and_wake, worker_gone_mid_job_puts_it_back,
           abilities, submit_epoch_in_the_past_runs_now, errors_that_keep_the_connection, admin_protocol]
 
 
