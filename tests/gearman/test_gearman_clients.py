@@ -1,8 +1,9 @@
 """Real Gearman libraries end to end against haqueue's Gearman port.
 
-`gear` (OpenStack's client and worker) and `gearman3` (the Python 3 fork of
+`gear` (OpenStack's client and worker), `gearman3` (the Python 3 fork of
 python-gearman, whose Debian package python3-gearman is gone from bookworm)
-each act as client and as worker, in threads of this process, against one
+and libgearman's own `gearman` tool (Debian's gearman-tools) each act as
+client and as worker, in threads of this process, against one
 `haqueue serve --gearman-port` on loopback: foreground jobs with WORK_DATA and
 WORK_STATUS on the way, background jobs, GET_STATUS, and unique-id coalescing.
 Waiting is by polling a condition with a deadline, never by a fixed sleep.
@@ -10,6 +11,8 @@ Waiting is by polling a condition with a deadline, never by a fixed sleep.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 import types
@@ -19,7 +22,7 @@ import gearman
 import gearman.connection
 import pytest
 
-from tests.support.gearman import haqueue_gearman
+from tests.support.gearman import GearConn, haqueue_gearman
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -222,3 +225,38 @@ def test_gearman3_unique_coalescing(server):
     thread.join(10)
     for c in clients:
         c.shutdown()
+
+
+# ------------------------------------------------------ libgearman's `gearman`
+# The C library's own command-line client and worker (Debian's gearman-tools, from
+# the same source as gearmand): the reference implementation of the client side.
+def gearman_cli(port: int, *args: str, stdin: bytes | None = None, timeout: float = 20):
+    binary = shutil.which("gearman")
+    if binary is None:
+        pytest.skip("libgearman's gearman tool is not installed (apt-get install gearman-tools)")
+    return subprocess.run([binary, "-h", "127.0.0.1", "-p", str(port), *args], input=stdin,
+                          capture_output=True, timeout=timeout)
+
+
+def test_libgearman_cli_foreground_background_and_unique(server):
+    # A worker process that runs `tr` for each of three jobs, started first and waited for.
+    binary = shutil.which("gearman")
+    if binary is None:
+        pytest.skip("libgearman's gearman tool is not installed (apt-get install gearman-tools)")
+    worker = subprocess.Popen([binary, "-h", "127.0.0.1", "-p", str(server.port), "-w", "-f", "cli-upper",
+                               "-c", "3", "--", "tr", "a-z", "A-Z"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        with GearConn(server.port) as admin:
+            until(lambda: b"cli-upper\t0\t0\t1\n" in admin.admin(b"status"), what="the CLI worker to register")
+        foreground = gearman_cli(server.port, "-f", "cli-upper", "-s", "hello")
+        assert (foreground.returncode, foreground.stdout) == (0, b"HELLO")
+        background = gearman_cli(server.port, "-b", "-f", "cli-upper", "-s", "bg job")
+        assert background.returncode == 0
+        unique = gearman_cli(server.port, "-u", "the-id", "-f", "cli-upper", "-s", "third")
+        assert (unique.returncode, unique.stdout) == (0, b"THIRD")
+        assert worker.wait(20) == 0  # it ran all three, the background one included
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
