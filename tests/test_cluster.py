@@ -198,3 +198,16 @@ def test_id_port_errors_name_the_key():
     assert parse_cluster(shared_host).nodes[1].address == "192.0.2.11"
     message = error_for(shared_host.replace('secret = "change-me"\n', 'secret = "change-me"\nid_port = 1200\n'))
     assert "nodes[1].id_port" in message and "already used by n1" in message
+
+
+def test_gearman_port_is_off_by_default_and_read_from_cluster_and_node():
+    c = parse_cluster(BASE)
+    assert c.gearman_port == 0 and [n.gearman_port for n in c.nodes] == [0, 0]
+    c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 4730\n')
+                      .replace('priority = 140\n', 'priority = 140\ngearman_port = 4731\n'))
+    assert c.gearman_port == 4730 and [n.gearman_port for n in c.nodes] == [4730, 4731]
+
+
+def test_a_gearman_port_may_not_be_another_tcp_port_of_the_node():
+    message = error_for(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 11300\n'))
+    assert "nodes[0].gearman_port" in message and "already used by n1 client_port" in message

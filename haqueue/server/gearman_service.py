@@ -112,12 +112,12 @@ class GearmanService:
 
     # -------------------------------------------------------------- listener
     async def open(self) -> None:
-        """Listen on host:port (OSError if it cannot), and on the VIP, retried until it binds."""
+        """Listen on host:port (OSError, with the system's words, if it cannot), and on the
+        VIP, retried until it binds."""
         self.open_ = True
         self.stop_when_idle = False
-        listener = await self.loop.create_server(self._new_session, host=self.host, port=self.port,
-                                                 reuse_address=True, backlog=1024)
-        self._listeners.append(listener)
+        self._listeners.append(await self.loop.create_server(self._new_session,
+                                                             sock=_bound(self.host, self.port, False)))
         if self.vip is not None:
             await self._open_vip()
 
@@ -125,17 +125,14 @@ class GearmanService:
         self._vip_retry = None
         if not self.open_:
             return
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((self.vip, self.port))
-            sock.listen(1024)
-            self._listeners.append(await self.loop.create_server(self._new_session, sock=sock))
+            sock = _bound(self.vip, self.port, freebind=True)
         except OSError as exc:
-            sock.close()
+            # Another node on this host still holds it (a loopback cluster in transition).
             log.warning("cannot serve Gearman on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
             self._vip_retry = self.loop.call_later(0.2, lambda: self.loop.create_task(self._open_vip()))
+            return
+        self._listeners.append(await self.loop.create_server(self._new_session, sock=sock))
 
     def addresses(self) -> list[tuple]:
         return [s.getsockname() for listener in self._listeners for s in listener.sockets]
@@ -297,3 +294,18 @@ class GearmanService:
 
 def _ignore(result) -> None:
     pass
+
+
+def _bound(host: str, port: int, freebind: bool) -> socket.socket:
+    """A listening TCP socket (IP_FREEBIND for the VIP: it arrives after leadership does)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if freebind:
+            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
