@@ -294,14 +294,16 @@ class QueueServer:
         except OSError as exc:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
+        self.serving = True
         if self.gearman is not None:
+            # After `serving`: a Gearman connection accepted while the VIP is being bound
+            # is served, not turned away.
             try:
                 await self.gearman.open()
             except OSError as exc:
                 self._die(f"cannot serve Gearman on {self.gearman.host}:{self.gearman.port}: "
                           f"{exc.strerror or exc}")
                 return
-        self.serving = True
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
         if self._id_listener is not None:
             await self._id_listener.open_vip()

@@ -116,10 +116,22 @@ class GearmanService:
         VIP, retried until it binds."""
         self.open_ = True
         self.stop_when_idle = False
-        self._listeners.append(await self.loop.create_server(self._new_session,
-                                                             sock=_bound(self.host, self.port, False)))
+        await self._listen(_bound(self.host, self.port, False))
         if self.vip is not None:
             await self._open_vip()
+
+    async def _listen(self, sock: socket.socket) -> None:
+        """Serve on a bound socket, unless closed meanwhile (leadership lost while awaiting:
+        the socket must not stay bound, or the next term could not bind the port)."""
+        try:
+            listener = await self.loop.create_server(self._new_session, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        if self.open_:
+            self._listeners.append(listener)
+        else:
+            listener.close()
 
     async def _open_vip(self) -> None:
         self._vip_retry = None
@@ -132,7 +144,7 @@ class GearmanService:
             log.warning("cannot serve Gearman on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
             self._vip_retry = self.loop.call_later(0.2, lambda: self.loop.create_task(self._open_vip()))
             return
-        self._listeners.append(await self.loop.create_server(self._new_session, sock=sock))
+        await self._listen(sock)
 
     def addresses(self) -> list[tuple]:
         return [s.getsockname() for listener in self._listeners for s in listener.sockets]
@@ -168,7 +180,7 @@ class GearmanService:
     # ----------------------------------------------------------- connections
     def session_opened(self, session: GearmanSession) -> None:
         self.sessions[session.conn_id] = session
-        self.server.counters.total_connections += 1
+        # Not in beanstalkd's total-connections: `stats` counts beanstalkd connections only.
         self.server.counters.gearman_connections += 1
 
     def session_closed(self, session: GearmanSession) -> None:
