@@ -87,15 +87,18 @@ class LogFormatError(ValueError):
 def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
     version = 1
+    first_of_2 = FIRST_OPCODE_OF_VERSION[2]
     for command in commands:
         opcode = command[0]
-        if opcode >= FIRST_OPCODE_OF_VERSION[2]:
-            version = max(version, _version_of(opcode))
+        if opcode >= first_of_2:  # rare on the hot path (puts are version 1)
+            v = _VERSION_OF.get(opcode, LOG_FORMAT_VERSION)
+            if v > version:
+                version = v
     return pickle.dumps((version, stamp_ms, commands), protocol=5)
 
 
-def _version_of(opcode: int) -> int:
-    return max(v for v, first in FIRST_OPCODE_OF_VERSION.items() if opcode >= first)
+# Each opcode's version: the last version whose first opcode is at or below it.
+_VERSION_OF = {op: max(v for v, first in FIRST_OPCODE_OF_VERSION.items() if op >= first) for op in NAMES}
 
 
 class _PlainValues(pickle.Unpickler):
