@@ -385,3 +385,39 @@ def test_version_and_shutdown():
     assert reference == [("version", b"OK 1.1.20+ds\n"),
                          ("shutdown", b"ERR UNKNOWN_COMMAND Unknown+server+commandshutdown\r\n")]
     assert re.fullmatch(rb"OK haqueue-[\d.]+\n", ours[0][1]) and ours[1] == ("shutdown", b"OK\n")
+
+
+def test_can_do_timeout_fails_the_job_where_gearmand_requeues_it_silently():
+    """Why: the protocol document says the job server marks a timed-out job failed and
+    tells its clients; gearmand 1.1.20 instead hands it to the next worker and tells the
+    client nothing. A job that outlived its timeout is more likely stuck than unlucky."""
+
+    def script(w: World) -> None:
+        client, slow, other = w.conn(), w.conn(), w.conn()
+        client.req("SUBMIT_JOB", b"slow", b"", b"x")
+        w.read("created", client)
+        slow.req("CAN_DO_TIMEOUT", b"slow", b"1")
+        slow.req("GRAB_JOB")
+        w.read("assigned with a 1 s timeout", slow)
+        other.req("CAN_DO", b"slow")
+        deadline = time.monotonic() + 10
+        while True:  # after the timeout: does the job come round again, or does the client hear?
+            other.req("GRAB_JOB")
+            (grab,) = other.packets(1)
+            if parse(grab)[0] == "JOB_ASSIGN":
+                w.transcript.append(("the next worker", w.normalise(grab)))
+                return
+            if client.buf or _readable(client):
+                w.read("the client", client)
+                return
+            assert time.monotonic() < deadline, "neither requeued nor failed"
+
+    reference, ours = run_both(script)
+    assert reference[-1] == ("the next worker", b"\0RES\0\0\0\x0b\0\0\0\x0aH:1\0slow\0x")
+    assert ours[-1] == ("the client", b"\0RES\0\0\0\x0e\0\0\0\x03H:1")  # WORK_FAIL
+
+
+def _readable(c: GearConn) -> bool:
+    import select
+
+    return bool(select.select([c.sock], [], [], 0.05)[0])
