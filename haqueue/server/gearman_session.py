@@ -438,7 +438,13 @@ class GearmanSession(asyncio.Protocol):
         if not name or len(name) > MAX_FUNCTION:
             self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long or empty"))
             return
-        self.service.set_ability(self, name.decode("latin-1"), timeout)
+        function = name.decode("latin-1")
+        if function not in self.abilities and len(self.abilities) >= self.service.limits.max_watched_tubes:
+            # Every GRAB_JOB logs the worker's functions: bounded, as watched tubes are.
+            self.service.counters.out_of_memory_replies += 1
+            self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Too many functions for one worker"))
+            return
+        self.service.set_ability(self, function, timeout)
 
     def _cant_do(self, args) -> None:
         self.service.drop_ability(self, args[0].decode("latin-1"))

@@ -90,6 +90,15 @@ def test_arguments_over_the_limits_are_refused(server):
         synced(c)
 
 
+def test_a_worker_may_name_as_many_functions_as_a_connection_may_watch_tubes():
+    with haqueue_gearman("--max-watched-tubes", "3") as server, GearConn(server.port) as worker:
+        for name in (b"a", b"b", b"c", b"a"):  # the same one again is no more
+            worker.req("CAN_DO", name)
+        worker.req("CAN_DO", b"d")
+        assert parse(worker.packet())[1][0] == b"MEMORY_ALLOCATION_FAILURE"
+        assert b" : c b a\n" in worker.admin(b"workers")  # newest first, as gearmand lists them
+
+
 def test_a_packet_with_too_few_arguments_is_an_error_not_a_guess(server):
     with GearConn(server.port) as c:
         c.send(struct.pack(">4sII", b"\0REQ", 7, 3) + b"f\0x")  # SUBMIT_JOB needs 3 arguments
