@@ -4,7 +4,7 @@ What gearmand keeps in one process, kept here in the Raft log's state, so
 that background jobs and their status survive the loss of any node. Pure:
 time is the entry's stamp, connection ids are arguments, no I/O.
 
-Decisions (docs/design.md will carry them when the front end lands):
+Decisions (docs/gearman.md describes them for users):
 - **Its own namespace.** Gearman functions are not beanstalkd tubes. A
   Gearman client may wait for WORK_COMPLETE, and may share a job with other
   clients through its unique id; a beanstalkd worker draining the same queue
@@ -23,9 +23,10 @@ Decisions (docs/design.md will carry them when the front end lands):
   then told its result too. An empty unique id never coalesces.
 - **Foreground jobs** are logged like background ones (so a worker can finish
   them), but their clients' connections belong to the leader: when a client's
-  connection goes (or the leader changes: every connection goes), its queued
-  foreground jobs that no other client waits for are dropped, and running
-  ones finish without anyone to tell. Background jobs always stay.
+  connection goes, its queued foreground jobs that no other client waits for
+  are dropped, and running ones finish without anyone to tell. When the
+  leader changes every connection goes, workers' too, so those running ones
+  are dropped as well (drop_all_but). Background jobs always stay.
 - **maxqueue**: a function's queued (not running) jobs are bounded when set;
   a submission beyond it is refused (QUEUE_FULL), as gearmand answers.
 - **Scheduled jobs** (SUBMIT_JOB_EPOCH / _SCHED) wait until an entry's stamp
