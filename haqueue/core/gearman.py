@@ -20,7 +20,8 @@ Decisions (docs/gearman.md describes them for users):
   queued job gives its most urgent one, as gearmand's job_take does.
 - **Unique ids**: a second submission of the same function and unique id
   while the job exists attaches to it (same handle); a foreground client is
-  then told its result too. An empty unique id never coalesces.
+  then told its result too. An empty unique id never coalesces; the unique
+  id "-" coalesces submissions of the same data, as gearmand's does.
 - **Foreground jobs** are logged like background ones (so a worker can finish
   them), but their clients' connections belong to the leader: when a client's
   connection goes, its queued foreground jobs that no other client waits for
@@ -121,7 +122,7 @@ class GearmanState:
         """("CREATED", handle) — the existing job's handle when the unique id matches — or QUEUE_FULL."""
         self.advance(now)
         if unique:
-            handle = self.by_unique.get((function, unique))
+            handle = self.by_unique.get((function, _key(unique, data)))
             if handle is not None:
                 job = self.jobs[handle]
                 if not background:
@@ -141,7 +142,7 @@ class GearmanState:
             self._hold(client, handle)
         self.jobs[handle] = job
         if unique:
-            self.by_unique[(function, unique)] = handle
+            self.by_unique[(function, _key(unique, data))] = handle
         if run_at > now:
             heapq.heappush(self._scheduled, (run_at, handle))
             fn.queued += 1  # counted as queued (status shows it), not grabbable yet
@@ -226,8 +227,9 @@ class GearmanState:
             fn.queued -= 1  # its handle stays in the queue and is skipped when reached
         for client in job.clients:
             self._let_go(client, job.handle)
-        if job.unique and self.by_unique.get((job.function, job.unique)) == job.handle:
-            del self.by_unique[(job.function, job.unique)]
+        key = (job.function, _key(job.unique, job.data))
+        if job.unique and self.by_unique.get(key) == job.handle:
+            del self.by_unique[key]
         self._maybe_forget(fn)
 
     def _maybe_forget(self, fn: GearmanFunction) -> None:
@@ -293,8 +295,9 @@ class GearmanState:
     def status_by_unique(self, unique: bytes) -> tuple[bool, bool, int, int, int]:
         """GET_STATUS_UNIQUE: (known, running, numerator, denominator, clients waiting), the
         unique id looked up in every function (the packet names none), by function name."""
-        for (_, key), handle in sorted(self.by_unique.items()):
-            if key == unique:
+        for name in sorted(self.functions):
+            handle = self.by_unique.get((name, unique))
+            if handle is not None:
                 job = self.jobs[handle]
                 return (True, job.state == RUNNING, job.numerator, job.denominator, len(job.clients))
         return (False, False, 0, 0, 0)
@@ -321,6 +324,12 @@ class GearmanState:
         """The admin `status` lines' first columns: (function, total, running), by name."""
         return [(fn.name, fn.queued + fn.running, fn.running) for fn in sorted(self.functions.values(),
                                                                                  key=lambda f: f.name)]
+
+
+def _key(unique: bytes, data: bytes) -> bytes:
+    """What coalesces: the unique id, or, for the unique id "-", the data itself (as
+    gearmand does: a client asks for "the same work" without naming it)."""
+    return data if unique == b"-" else unique
 
 
 def _handle_number(handle: str) -> int:
@@ -360,7 +369,7 @@ def from_records(records: tuple) -> GearmanState:
         fn = state._function(function)
         state.jobs[handle] = job
         if unique:
-            state.by_unique[(function, unique)] = handle
+            state.by_unique[(function, _key(unique, data))] = handle
         for client in clients:
             state._hold(client, handle)
         if running:

@@ -46,6 +46,17 @@ def test_the_same_unique_id_attaches_to_the_running_job_and_an_empty_one_never_d
     assert submit(state, unique=b"u") != first  # the id is free again once the job ended
 
 
+def test_the_unique_id_dash_coalesces_submissions_of_the_same_data_as_gearmand_does():
+    state = GearmanState()
+    same = submit(state, unique=b"-", data=b"same data")
+    assert submit(state, unique=b"-", data=b"same data") == same
+    other = submit(state, unique=b"-", data=b"other")
+    assert other != same
+    assert state.grab(WORKER, ("f",), T)[3] == b"-"  # reported as sent
+    state.finish(WORKER, same)
+    assert submit(state, unique=b"-", data=b"same data") not in (same, other)  # free again
+
+
 def test_a_worker_that_goes_away_mid_job_puts_it_back_at_the_end_of_its_queue_as_gearmand_does():
     state = GearmanState()
     old, new = submit(state, data=b"old"), submit(state, data=b"new")

@@ -155,6 +155,16 @@ def foreground_results_reach_every_attached_client(w: World) -> None:
     w.read("second client (exceptions)", second, 4)
 
 
+def unique_dash_coalesces_by_data(w: World) -> None:
+    client, worker = w.conn(), w.conn()
+    for data in (b"same data", b"same data", b"other"):
+        client.req("SUBMIT_JOB_BG", b"dash", b"-", data)
+        w.read(f"created {data!r}", client)
+    worker.req("CAN_DO", b"dash")
+    worker.req("GRAB_JOB_UNIQ")
+    w.read("assign", worker)
+
+
 def one_connection_submitting_twice_is_told_twice(w: World) -> None:
     client, worker = w.conn(), w.conn()
     client.req("SUBMIT_JOB", b"twice", b"u", b"x")
@@ -310,7 +320,8 @@ def _type(name: str) -> int:
 
 
 SHARED = [echo, background_job_lifecycle, priorities_and_fifo, foreground_results_reach_every_attached_client,
-          one_connection_submitting_twice_is_told_twice, work_complete_and_fail_to_a_foreground_client,
+          unique_dash_coalesces_by_data, one_connection_submitting_twice_is_told_twice,
+          work_complete_and_fail_to_a_foreground_client,
           sleep_and_wake, worker_gone_mid_job_puts_it_back,
           abilities, submit_epoch_in_the_past_runs_now, errors_that_keep_the_connection, admin_protocol]
 
