@@ -23,6 +23,7 @@ column is the connection's number on this leader, not a file descriptor;
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote_plus
 
 UNKNOWN = b"ERR UNKNOWN_COMMAND Unknown+server+command"
@@ -57,11 +58,13 @@ def workers_lines(sessions) -> bytes:
 
 def parse_maxqueue(words: list[bytes]) -> tuple[str, int] | None:
     """`maxqueue F`, `maxqueue F N` or gearmand's per-priority `maxqueue F HIGH NORMAL LOW`
-    (one bound here, the largest) -> (function, bound); None if incomplete or not numbers."""
+    (one bound here, the largest) -> (function, bound); None without a function. Numbers
+    are read as gearmand reads them (atoi: leading digits, else 0)."""
     if len(words) < 2:
         return None
-    try:
-        sizes = [int(w) for w in words[2:5]]
-    except ValueError:
-        return None
-    return words[1].decode("latin-1"), max(sizes, default=0)
+    return words[1].decode("latin-1"), max((_atoi(w) for w in words[2:5]), default=0)
+
+
+def _atoi(word: bytes) -> int:
+    match = re.match(rb"\s*([+-]?\d+)", word)
+    return max(0, min(int(match[1]), 2**31 - 1)) if match else 0

@@ -378,8 +378,8 @@ class GearmanSession(asyncio.Protocol):
         if run_at is None:
             self._reply(error(b"INVALID_ARGUMENTS", b"Bad schedule"))
             return
-        if not function or len(function) > MAX_FUNCTION or len(unique) > MAX_UNIQUE:
-            self._reply(error(b"INVALID_ARGUMENTS", b"Function name or unique id too long or empty"))
+        if len(function) > MAX_FUNCTION or len(unique) > MAX_UNIQUE:
+            self._reply(error(b"INVALID_ARGUMENTS", b"Function name or unique id too long"))
             return
         if len(data) > self.service.max_job_size:
             self._reply(error(b"DATA_TOO_LARGE", b"Job data larger than the server allows"))
@@ -435,8 +435,8 @@ class GearmanSession(asyncio.Protocol):
         self._add_ability(args[0], timeout)
 
     def _add_ability(self, name: bytes, timeout: int) -> None:
-        if not name or len(name) > MAX_FUNCTION:
-            self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long or empty"))
+        if len(name) > MAX_FUNCTION:  # an empty name is a function too, as in gearmand
+            self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long"))
             return
         function = name.decode("latin-1")
         if function not in self.abilities and len(self.abilities) >= self.service.limits.max_watched_tubes:

@@ -269,6 +269,8 @@ def submit_epoch_in_the_past_runs_now(w: World) -> None:
 
 def errors_that_keep_the_connection(w: World) -> None:
     c = w.conn()
+    c.req("SUBMIT_JOB_BG", b"", b"", b"an empty function name is a name")
+    w.read("empty function", c)
     c.req("WORK_COMPLETE", b"H:nobody:1", b"x")
     w.read("complete of an unknown job", c)
     c.req("WORK_FAIL", b"H:nobody:1")
@@ -310,6 +312,11 @@ def admin_protocol(w: World) -> None:
     w.admin("unknown command", admin, b"frobnicate now")
     w.admin("maxqueue without a function", admin, b"maxqueue")
     w.admin("maxqueue", admin, b"maxqueue fa 10")
+    w.admin("maxqueue, not a number", admin, b"maxqueue fa notanumber")
+    w.admin("maxqueue, per priority", admin, b"maxqueue fa 5 x")
+    upper = w.admin("upper case", admin, b"STATUS")
+    w.transcript[-1] = ("upper case", b"".join(sorted(upper.splitlines(keepends=True))))
+    w.admin("an empty line", admin, b"")
     assert re.fullmatch(rb"OK \d+\n", w.admin("getpid", admin, b"getpid"))
     w.transcript.pop()  # the pid differs, of course
 

@@ -84,7 +84,7 @@ def test_arguments_over_the_limits_are_refused(server):
         c.req("SUBMIT_JOB_BG", b"f" * 513, b"", b"x")
         c.req("SUBMIT_JOB_BG", b"f", b"u" * 65, b"x")
         c.req("SUBMIT_JOB_BG", b"f", b"", b"x" * 65536)  # the node's -z: 65535
-        c.req("CAN_DO", b"")
+        c.req("CAN_DO", b"g" * 513)
         replies = [parse(p)[1][0] for p in c.packets(4)]
         assert replies == [b"INVALID_ARGUMENTS", b"INVALID_ARGUMENTS", b"DATA_TOO_LARGE", b"INVALID_ARGUMENTS"]
         synced(c)

@@ -148,7 +148,7 @@ class GearConn:
     def admin(self, line: bytes, timeout: float | None = None) -> bytes:
         """Send an admin line; its answer: one line, or lines up to "." for status and workers."""
         self.send(line + b"\n")
-        block = line.split()[0] in (b"status", b"workers")
+        block = line.split()[:1] in ([b"status"], [b"workers"], [b"STATUS"], [b"WORKERS"])
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             if block:
