@@ -62,9 +62,11 @@ def parse_maxqueue(words: list[bytes]) -> tuple[str, int] | None:
     are read as gearmand reads them (atoi: leading digits, else 0)."""
     if len(words) < 2:
         return None
-    return words[1].decode("latin-1"), max((_atoi(w) for w in words[2:5]), default=0)
+    return words[1].decode("latin-1"), max((atoi(w) for w in words[2:5]), default=0)
 
 
-def _atoi(word: bytes) -> int:
+def atoi(word: bytes, limit: int = 2**31 - 1) -> int:
+    """A number as gearmand reads one (C's atoi): its leading digits, else 0; here never
+    below 0 nor above `limit`. Admin bounds and WORK_STATUS figures are read this way."""
     match = re.match(rb"\s*([+-]?\d+)", word)
-    return max(0, min(int(match[1]), 2**31 - 1)) if match else 0
+    return max(0, min(int(match[1]), limit)) if match else 0

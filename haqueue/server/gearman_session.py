@@ -48,6 +48,7 @@ from haqueue.core.gearman import HIGH, LOW, NORMAL
 from haqueue.protocol import gearman as P
 from haqueue.protocol.gearman import AdminLine, Packet, ProtocolError
 from haqueue.server.gc_policy import cut_transport_cycle
+from haqueue.server.gearman_admin import atoi
 from haqueue.server.limits import (COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, OUTPUT_HARD, OUTPUT_HIGH,
                                    OUTPUT_LOW)
 
@@ -497,8 +498,9 @@ class GearmanSession(asyncio.Protocol):
 
     def _work_status(self, args) -> None:
         handle, numerator, denominator = args
-        # Numbers in the state (GET_STATUS reports them); forwarded as sent.
-        n, d = _number(numerator), _number(denominator)
+        # Numbers in the state, read as gearmand reads them (GET_STATUS reports them);
+        # forwarded to the clients as sent.
+        n, d = atoi(numerator, 0xFFFFFFFF), atoi(denominator, 0xFFFFFFFF)
         h = handle.decode("latin-1")
         service = self.service
 
@@ -544,14 +546,6 @@ def _created(result: tuple) -> bytes | None:
     if result[0] == "QUEUE_FULL":
         return error(b"queue_full", b"Job queue is full")
     return None  # NOT_FOUND: a dead leader's connection; it is closed
-
-
-def _number(text: bytes) -> int:
-    """A WORK_STATUS figure: its digits (gearmand keeps them as text), 0 if none, at most 2^32-1."""
-    try:
-        return min(max(int(text), 0), 0xFFFFFFFF)
-    except ValueError:
-        return 0
 
 
 def _epoch_ms(text: bytes) -> int | None:

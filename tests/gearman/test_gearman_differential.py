@@ -108,6 +108,10 @@ def background_job_lifecycle(w: World) -> None:
     w.synced("status sent", worker)
     client.req("GET_STATUS", handle)
     w.read("progress", client)
+    worker.req("WORK_STATUS", handle, b"abc", b"9x")  # read as atoi reads them: 0 and 9
+    w.synced("odd status sent", worker)
+    client.req("GET_STATUS", handle)
+    w.read("odd progress", client)
     worker.req("WORK_COMPLETE", handle, b"done")
     w.synced("complete sent", worker)
     client.req("GET_STATUS", handle)
