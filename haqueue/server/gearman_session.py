@@ -94,6 +94,7 @@ class GearmanSession(asyncio.Protocol):
         self.slots: deque = deque()
         self.in_flight = 0
         self.held_bytes = 0
+        self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
         self.output_paused = False
         self.output_timer: asyncio.TimerHandle | None = None
         self.lease_timer: asyncio.TimerHandle | None = None
@@ -227,6 +228,12 @@ class GearmanSession(asyncio.Protocol):
             if self.output_paused and self.transport.get_write_buffer_size() > OUTPUT_HARD:
                 self._close_for_output()
                 return
+        if self.held_stalled and self.held_bytes < OUTPUT_HIGH:
+            # The pipeline stopped for replies held back; they are written: go on (a
+            # client that pipelined more than OUTPUT_HIGH of requests waits for them).
+            self.held_stalled = False
+            if not self.yielded:
+                self._yield_turn()
         self._close_if_done()
 
     def _close_if_done(self) -> None:
@@ -286,6 +293,8 @@ class GearmanSession(asyncio.Protocol):
                 self.service.admin_line(self, event.line)
             else:
                 self._protocol_error(event)
+        if self.held_bytes >= OUTPUT_HIGH:
+            self.held_stalled = True  # flush() goes on once they are written
         if self.paused_reading:
             self._regulate_reading()
         self._close_if_done()

@@ -127,6 +127,15 @@ def test_a_client_that_never_reads_is_closed_and_others_are_served(server):
     c.close()
 
 
+def test_a_pipeline_longer_than_the_output_bound_is_answered_whole(server):
+    """200 KB of ECHO_REQs in one send: the pipeline stops at OUTPUT_HIGH of replies held
+    back and must go on by itself once they are written (it stalled at 130 once)."""
+    with GearConn(server.port) as c:
+        c.send(request("ECHO_REQ", b"e" * 1000) * 200)
+        assert len(c.packets(200)) == 200
+        synced(c)
+
+
 # ------------------------------------------------------------------ semantics
 def test_a_foreground_job_ends_with_its_last_client_and_a_background_one_stays(server):
     with GearConn(server.port) as client, GearConn(server.port) as worker:
