@@ -344,7 +344,9 @@ def check_session(data: bytes) -> None:
 # sockets are stood in for as above. Checked: nothing raises; the core never counts an
 # internal error; every byte written is whole response packets or admin answer lines; the
 # flow-control bounds hold; once all close, no job is held by a connection, none runs, no
-# foreground job is left, and the service has forgotten every connection and ability.
+# foreground job is left, and the service has forgotten every connection and ability; and
+# every connection still open has answered all it was sent (the third reads as fast as
+# loopback, so its transport never pauses: a pipeline must restart by itself).
 def _gearman_vocabulary() -> tuple[bytes, ...]:
     from haqueue.protocol.gearman import request
 
@@ -360,6 +362,7 @@ def _gearman_vocabulary() -> tuple[bytes, ...]:
         request("GET_STATUS_UNIQUE", b"u"), request("NOOP"),
         b"status\n", b"workers\n", b"maxqueue f 1\n", b"maxqueue f\n", b"version\n", b"bogus\n",
         request("SUBMIT_JOB_BG", b"f", b"", b"z" * 400),
+        request("ECHO_REQ", b"E" * 800) * 100,  # one read whose replies pass OUTPUT_HIGH
     ]
     for handle in handles:
         words += [request("WORK_STATUS", handle, b"1", b"2"), request("WORK_DATA", handle, b"d"),
@@ -372,6 +375,18 @@ GEARMAN_VOCABULARY = _gearman_vocabulary()
 
 
 class GearmanScriptedTransport(ScriptedTransport):
+    """As ScriptedTransport; `eager`: the kernel takes every write at once (a fast reader
+    on loopback), so the transport never pauses writing and never resumes a pipeline."""
+
+    eager = False
+
+    def write(self, data) -> None:
+        if self.eager and not self.closing:
+            assert not self.lost, "write after connection_lost"
+            self.received += data
+            return
+        super().write(data)
+
     def close(self) -> None:
         if not self.closing:
             self.closing = True
@@ -415,6 +430,7 @@ def check_gearman_session(data: bytes) -> None:
     for n in range(3):
         session = GearmanSession(service, server.next_conn_id())
         transport = GearmanScriptedTransport(session)
+        transport.eager = n == 2  # the third reads as fast as loopback: its writes never pause
         session.connection_made(transport)
         sessions.append(session)
         transports.append(transport)
@@ -442,6 +458,17 @@ def check_gearman_session(data: bytes) -> None:
                 assert s.held_bytes < HELD_BOUND, s.held_bytes
                 assert len(s.queue) <= 1
         assert not errors, errors
+    # Liveness: with every reply read, a connection still open has answered all it was
+    # sent and waits for input (a pipeline that stops must go on by itself).
+    for transport in transports:
+        transport.eager = True
+    for _ in range(20):
+        for transport in transports:
+            transport.drain(1 << 30)
+        _turns(loop, 2)
+    for s, t in zip(sessions, transports):
+        if not t.lost and not t.closing:
+            assert s.starved and not s.queue and not s.slots, (s.starved, len(s.queue), len(s.slots))
     for transport in transports:
         transport.drain(1 << 30)
         transport.close()
