@@ -85,7 +85,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
                    "reserve-with-timeout); report how late they fire.")
 @click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start-up benchmark: exec the started server(s) N times; report the time "
-                   "to listening and to the first put answered.")
+                   "to listening and to the first put answered, and the server's CPU time until then.")
 @click.option("--flood", is_flag=True,
               help="Hostile-client benchmark: a synchronous client's put latency idle and while "
                    "another connection floods stats (--server/--compare, or --cluster: its leader; "

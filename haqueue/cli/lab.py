@@ -109,7 +109,8 @@ def down(directory: str) -> None:
               "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
               "disk-full-follower, eio-leader, kill-during-snapshot, stall-fsync-leader; and the one-way "
               "cut-leader-to-follower; mix (random), all (each in turn), or several joined by commas "
-              "(those in turn). See haqueue/lab/chaos.py.")
+              "(those in turn; NAME*N: N of it per round, the round shuffled, e.g. "
+              "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/chaos.py.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
               help="Faults to inject (with `all` or a list: rounds of every scenario in it).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")
@@ -119,14 +120,19 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | 
     """Inject faults under load, drain, check the history.
 
     The workload runs in the client namespace through the VIP; every
-    operation is recorded and the history checked (haqueue/lab/checker.py).
-    Exits 1 when anything was lost, unexpected or doubly reserved.
+    operation is recorded and the history checked (haqueue/lab/checker.py);
+    so are the id service's requests (idworkload.py, idchecker.py).
+    Exits 1 when anything was lost, unexpected or doubly reserved, or an id
+    was handed out twice or out of order.
     """
     from haqueue.lab.chaos import CHOICES, format_report, run_chaos, unknown
     from haqueue.lab.lab import LabError
     from haqueue.progress import Progress, elapsed
 
-    bad = unknown(scenario)
+    try:
+        bad = unknown(scenario)
+    except LabError as exc:
+        raise HaqueueError(str(exc)) from None
     if bad:
         raise HaqueueError(f"--scenario: unknown {bad[0]!r} (one of: {', '.join(CHOICES)})")
     the_lab = _lab(directory)

@@ -27,7 +27,6 @@ id_server's nodes divided it: every value v has v ≡ offset (mod step).
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 
 from haqueue.core.idrules import IdRule, RuleError, seed_rules
@@ -124,4 +123,6 @@ class IdState:
         return state
 
     def digest(self) -> str:
+        import hashlib  # here: a node's start has no use for it (2 ms)
+
         return hashlib.sha256(pickle.dumps(self.to_records(), protocol=5)).hexdigest()

@@ -69,7 +69,7 @@ import sys
 import time
 from pathlib import Path
 
-from haqueue.lab import checker, storage, topology
+from haqueue.lab import checker, idchecker, storage, topology
 from haqueue.lab.workload import TTR as workload_ttr
 from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
 
@@ -80,35 +80,52 @@ def _fault(name: str, node: str | None, **extra) -> dict:
     return {"t": round(time.monotonic(), 6), "name": name, "node": node, **extra}
 
 
+def _elapsed(fault: dict) -> float:
+    """Seconds since the fault was injected, as the report records them."""
+    return round(time.monotonic() - fault["t"], 4)
+
+
+def _watch_while_held(lab: Lab, leader: str, fault: dict, hold: float, vip: bool = False) -> None:
+    """For a fault held `hold` seconds from its start: record when another node was elected
+    (and, with `vip`, when the VIP reached it), then wait out the hold. The hold itself is
+    the fault being injected, not synchronisation."""
+    end = fault["t"] + hold
+    new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, end - time.monotonic()), step=0.01)
+    if new:
+        fault["elected_s"] = _elapsed(fault)
+        if vip and wait_for(lambda: lab.vip_holders() == [new], max(0.0, end - time.monotonic()), step=0.01):
+            fault["vip_moved_s"] = _elapsed(fault)
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
 def kill_leader(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     fault = _fault("kill-leader", leader)
     lab.signal(leader, signal.SIGKILL)
     lab.wait_exit(leader)
-    new = wait_for(lambda: lab.leader(exclude=leader), RECOVERY_TIMEOUT, step=0.01)
-    if new is None:
-        raise LabError(f"kill-leader: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-    moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    _await_new_leader(lab, leader, fault)
     lab.start_node(leader)
     return fault
 
 
-def pause_leader(lab: Lab, rng: random.Random) -> dict:
+def _hold_leader(lab: Lab, rng: random.Random, name: str, key: str, longest: float, hold,
+                 vip: bool = False) -> dict:
+    """Hold the leader in a fault for 2 s to `longest` (recorded as `key`): hold(leader, True)
+    starts it, hold(leader, False) ends it; meanwhile watch who is elected (and the VIP)."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    pause = round(rng.uniform(2.0, 4.0), 2)
-    fault = _fault("pause-leader", leader, pause_s=pause)
-    lab.signal(leader, signal.SIGSTOP)
+    seconds = round(rng.uniform(2.0, longest), 2)
+    fault = _fault(name, leader, **{key: seconds})
+    hold(leader, True)
     try:
-        # The pause itself is the fault being injected, not synchronisation.
-        new = wait_for(lambda: lab.leader(exclude=leader), pause, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + pause - time.monotonic()))
+        _watch_while_held(lab, leader, fault, seconds, vip=vip)
     finally:
-        lab.signal(leader, signal.SIGCONT)
+        hold(leader, False)
     return fault
+
+
+def pause_leader(lab: Lab, rng: random.Random) -> dict:
+    return _hold_leader(lab, rng, "pause-leader", "pause_s", 4.0,
+                        lambda node, on: lab.signal(node, signal.SIGSTOP if on else signal.SIGCONT))
 
 
 def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
@@ -120,12 +137,8 @@ def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
     cut(leader, False)
     try:
         gone = wait_for(lambda: lab.state.vip not in topology.addresses(ns), hold, step=0.01)
-        fault["vip_released_s"] = round(time.monotonic() - fault["t"], 4) if gone else None
-        new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, fault["t"] + hold - time.monotonic()),
-                       step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + hold - time.monotonic()))
+        fault["vip_released_s"] = _elapsed(fault) if gone else None
+        _watch_while_held(lab, leader, fault, hold)
     finally:
         cut(leader, True)
     return fault
@@ -226,7 +239,7 @@ def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
     if not exited:
         raise LabError(f"{fault['name']}: {node} still running {NODE_EXIT_TIMEOUT:g} s after the fault "
                        f"(log {lab.log_path(node)}): {lab.describe()}")
-    fault["exited_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["exited_s"] = _elapsed(fault)
     lab.wait_exit(node)
     fault["exit_code"] = lab.exit_code(node)
     fault["message"] = lab.last_log_line(node)[-300:]
@@ -236,9 +249,9 @@ def _await_new_leader(lab: Lab, old: str, fault: dict) -> None:
     new = wait_for(lambda: lab.leader(exclude=old), RECOVERY_TIMEOUT, step=0.01)
     if new is None:
         raise LabError(f"{fault['name']}: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["elected_s"] = _elapsed(fault)
     moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    fault["vip_moved_s"] = _elapsed(fault) if moved else None
 
 
 def _disk_full(lab: Lab, name: str, node: str, leader: str) -> dict:
@@ -344,23 +357,11 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
 
 
 def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
-    leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    stall = round(rng.uniform(2.0, 3.0), 2)
-    fault = _fault("stall-fsync-leader", leader, stall_s=stall)
-    # Stalled until told otherwise: the shim re-reads the file while it waits.
-    storage.set_fsync_stall(lab.dir, leader, 3_600_000_000)
-    try:
-        new = wait_for(lambda: lab.leader(exclude=leader), stall, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-            # Does the VIP follow while the old leader is still stalled?
-            left = max(0.0, fault["t"] + stall - time.monotonic())
-            if wait_for(lambda: lab.vip_holders() == [new], left, step=0.01):
-                fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + stall - time.monotonic()))  # the stall is the fault
-    finally:
-        storage.set_fsync_stall(lab.dir, leader, 0)
-    return fault
+    # Stalled until told otherwise (the shim re-reads the file while it waits); the VIP is
+    # followed too: does it move while the old leader is still stalled?
+    return _hold_leader(lab, rng, "stall-fsync-leader", "stall_s", 3.0,
+                        lambda node, on: storage.set_fsync_stall(lab.dir, node, 3_600_000_000 if on else 0),
+                        vip=True)
 
 
 def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
@@ -392,16 +393,27 @@ STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "ki
                      "stall-fsync-leader", "cut-leader-to-follower")
 
 
+def _counted(item: str) -> tuple[str, int]:
+    """"kill-leader*50" -> ("kill-leader", 50); a bare name counts once."""
+    name, star, count = item.partition("*")
+    if star and not (count.isdigit() and int(count) > 0):
+        raise LabError(f"--scenario: {item!r}: the count after * must be a whole number above 0")
+    return name, int(count) if star else 1
+
+
 def unknown(scenario: str) -> list[str]:
-    """The names in a scenario argument (one name, or several joined by commas) that are not scenarios."""
+    """The names in a scenario argument (one name, or several joined by commas, each
+    optionally NAME*COUNT) that are not scenarios."""
     if scenario in CHOICES:
         return []
-    return [name for name in scenario.split(",") if name not in SCENARIOS]
+    return [name for name in (_counted(item)[0] for item in scenario.split(",")) if name not in SCENARIOS]
 
 
 def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
     """The faults to inject: `mix` draws each at random, `all` runs every scenario in turn
-    `runs` times over, and a comma-separated list (a,b,c) does the same for those named."""
+    `runs` times over, and a comma-separated list (a,b*3,c) does the same for those named,
+    each as many times per round as its count; the order within a round is shuffled
+    when a count is given, so 50 kills and 10 pauses interleave."""
     if scenario == "mix":
         return [rng.choice(list(SCENARIOS)) for _ in range(runs)]
     if scenario == "all":
@@ -409,15 +421,50 @@ def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
     bad = unknown(scenario)
     if bad:
         raise LabError(f"unknown scenario {bad[0]!r} (one of: {', '.join(CHOICES)})")
-    names = scenario.split(",")
-    if len(names) > 1:
-        return [name for _ in range(runs) for name in names]
-    return [scenario] * runs
+    counted = [_counted(item) for item in scenario.split(",")]
+    if len(counted) == 1 and counted[0][1] == 1:
+        return [scenario] * runs
+    faults = []
+    for _ in range(runs):
+        round_ = [name for name, count in counted for _ in range(count)]
+        if any(count > 1 for _, count in counted):
+            rng.shuffle(round_)
+        faults += round_
+    return faults
 
 
 def _workload(lab: Lab, mode: str, history: Path, *extra: str) -> list[str]:
     return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue.lab.workload", mode,
             "--host", lab.state.vip, "--port", str(lab.cluster.client_port), "--history", str(history), *extra]
+
+
+def _side_workloads(lab: Lab, out_dir: Path) -> dict[str, tuple[list[str], Path]]:
+    """The workloads that run beside the queue's, for the other protocols on the same log:
+    name -> (its run command, its history). Only those whose port the lab's cluster opens."""
+    def command(module: str, port: int, history: Path, *mode: str) -> list[str]:
+        return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", f"haqueue.lab.{module}",
+                *mode, "--host", lab.state.vip, "--port", str(port), "--history", str(history)]
+
+    side = {}
+    if lab.cluster.id_port:
+        side["id-workload"] = (command("idworkload", lab.cluster.id_port, out_dir / "ids.jsonl"),
+                               out_dir / "ids.jsonl")
+    gearman_port = getattr(lab.cluster, "gearman_port", 0)
+    if gearman_port:
+        side["gearman-workload"] = (command("gearmanworkload", gearman_port, out_dir / "gearman.jsonl", "run"),
+                                    out_dir / "gearman.jsonl")
+    return side
+
+
+def _gearman_drain(run_command: list[str], history: Path) -> list[str]:
+    return [("drain" if word == "run" else word) for word in run_command[:-1]] + [str(history)]
+
+
+def _events(history: Path) -> list[dict]:
+    if not history.exists():
+        return []
+    with open(history) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _first_put_ok(history: Path) -> bool:
@@ -436,10 +483,12 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     out_dir = Path(out_dir or lab.dir / "runs" / time.strftime("%Y%m%dT%H%M%S"))
     out_dir.mkdir(parents=True, exist_ok=True)
     history, drain_history = out_dir / "history.jsonl", out_dir / "drain.jsonl"
-    if lab.alive("workload"):
-        # Left by a chaos run that was itself killed: its history is not ours.
-        lab.signal("workload", signal.SIGKILL)
-        lab.wait_exit("workload")
+    side = _side_workloads(lab, out_dir)
+    for name in ("workload", "id-workload", "gearman-workload"):
+        if lab.alive(name):
+            # Left by a chaos run that was itself killed: its history is not ours.
+            lab.signal(name, signal.SIGKILL)
+            lab.wait_exit(name)
     lab.wait_stable(RECOVERY_TIMEOUT)
     # Jobs an interrupted earlier run left behind are not in this history and
     # would count as unexpected: take them out first (recorded, not checked).
@@ -453,6 +502,17 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     lab.track("workload", workload, group=False)
+    # The id service and Gearman ride the same log: their clients use the VIP throughout,
+    # each history checked apart.
+    processes = {"workload": workload}
+    if "gearman-workload" in side:
+        leftover = subprocess.run(_gearman_drain(side["gearman-workload"][0], out_dir / "gearman-before.jsonl"),
+                                  capture_output=True, text=True, timeout=300)
+        if leftover.returncode != 0:
+            raise LabError(f"could not empty the Gearman queue before the run: {leftover.stdout.strip()}")
+    for name, (command, _) in side.items():
+        processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        lab.track(name, processes[name], group=False)
     faults: list[dict] = []
     errors: list[str] = []
     try:
@@ -468,7 +528,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
             try:
                 lab.wait_stable(RECOVERY_TIMEOUT)
-                fault["recovered_s"] = round(time.monotonic() - fault["t"], 4)
+                fault["recovered_s"] = _elapsed(fault)
             except LabError as exc:
                 fault["recovered_s"] = None
                 errors.append(f"{name} #{i + 1}: {exc}")
@@ -479,15 +539,16 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
         time.sleep(1.0)  # a last stretch of undisturbed load after the final fault
     finally:
-        if workload.poll() is None:
-            workload.send_signal(signal.SIGTERM)
-        try:
-            workload.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            workload.kill()
-            workload.wait()
+        for name, process in processes.items():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            lab.untrack(name)
         log.close()
-        lab.untrack("workload")
     try:
         lab.wait_stable(RECOVERY_TIMEOUT)
     except LabError as exc:
@@ -495,12 +556,21 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     drain = subprocess.run(_workload(lab, "drain", drain_history), capture_output=True, text=True, timeout=300)
     if drain.returncode != 0:
         errors.append(f"drain did not empty the queue: {drain.stdout.strip()} {drain.stderr.strip()[-300:]}")
-    events = []
-    for path in (history, drain_history):
-        if path.exists():
-            with open(path) as f:
-                events += [json.loads(line) for line in f if line.strip()]
-    report = checker.check(events, faults, ttr=workload_ttr)
+    report = checker.check(_events(history) + _events(drain_history), faults, ttr=workload_ttr)
+    if "id-workload" in side:
+        report["ids"] = idchecker.check(_events(side["id-workload"][1]), faults)
+        if not report["ids"]["ok"]:
+            errors.append("the id service's history failed its check (see ids in report.json)")
+    if "gearman-workload" in side:
+        command, gearman_history = side["gearman-workload"]
+        drained = out_dir / "gearman-drain.jsonl"
+        done = subprocess.run(_gearman_drain(command, drained), capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            errors.append(f"the Gearman drain did not empty the queue: {done.stdout.strip()}")
+        # The queue's checker judges it: submit = put, grab = reserve, complete = delete (gearmanworkload.py).
+        report["gearman"] = checker.check(_events(gearman_history) + _events(drained), faults)
+        if not report["gearman"]["ok"]:
+            errors.append("the Gearman history failed its check (see gearman in report.json)")
     report["log_warnings"] = _log_warnings(lab, log_start)
     for i, fault in enumerate(faults):
         disk = fault.get("disk") or {}
@@ -529,13 +599,19 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         "history": str(history),
     })
     report["ok"] = report["ok"] and not errors and holders == [leader] and leader is not None
-    by_name: dict[str, list[float]] = {}
-    for f in report["faults"]:
-        if f["failover_s"] is not None:
-            by_name.setdefault(f["name"], []).append(f["failover_s"])
-    report["failover_by_scenario"] = {name: checker.summary(v) for name, v in sorted(by_name.items())}
+    report["failover_by_scenario"] = _failover_by_scenario(report["faults"])
+    if "faults" in report.get("ids", {}):
+        report["ids"]["failover_by_scenario"] = _failover_by_scenario(report["ids"]["faults"])
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return report
+
+
+def _failover_by_scenario(faults: list[dict]) -> dict[str, dict]:
+    by_name: dict[str, list[float]] = {}
+    for f in faults:
+        if f["failover_s"] is not None:
+            by_name.setdefault(f["name"], []).append(f["failover_s"])
+    return {name: checker.summary(v) for name, v in sorted(by_name.items())}
 
 
 # Node log lines worth counting per run: the first is a violation (pysyncobj cut entries
@@ -634,6 +710,22 @@ def format_report(report: dict) -> str:
         lines.append(f"  kill-during-snapshot: disk left by the kill read back {sum(1 for v in viewed if v and not v.get('error'))}"
                      f" of {len(snaps)} times; journal entries a restart would drop: "
                      f"{sum(v.get('entries_at_risk', 0) for v in viewed)}")
+    gearman = report.get("gearman")
+    if gearman:
+        g = gearman["counts"]
+        lines.append(f"  gearman: {g['puts_ok']} background jobs acknowledged, {g['deliveries']} assigned, "
+                     f"drained {g['drained']}; lost {g['lost']}, unexpected {g['unexpected']}, "
+                     f"assigned to two live workers {g['double_reservations']}, "
+                     f"worked again after a completion {g['duplicated_unexplained']}")
+    ids = report.get("ids")
+    if ids:
+        lines.append(f"  ids: {ids['acknowledged']} acknowledged, {ids['failed']} refused, {ids['unknown']} unanswered;"
+                     f" duplicates {ids['duplicates']}, monotonicity violations {ids['monotonicity_violations']}")
+        if ids.get("failover", {}).get("n"):
+            lines.append("  ids failover (first failed request -> first id acknowledged), seconds:")
+            for name, s in ids["failover_by_scenario"].items():
+                lines.append(row(name, s))
+            lines.append(row("all", ids["failover"]))
     for node, found in sorted(report.get("log_warnings", {}).items()):
         lines.append(f"  {node} log: " + ", ".join(f"{w!r} x{n}" for w, n in sorted(found.items())))
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")

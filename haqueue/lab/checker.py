@@ -188,11 +188,14 @@ def _is_failure(op: Op) -> bool:
     return op.type == "unknown" or (op.type == "fail" and bool(op.result.get("io")))
 
 
-def failovers(ops: list[Op], faults: list[dict]) -> list[dict]:
-    """Per fault: failover seconds (first failure -> first acknowledged put after it), longest put gap."""
+def failovers(ops: list[Op], faults: list[dict], acked: str = "put", failed=_is_failure) -> list[dict]:
+    """Per fault: failover seconds (first failure -> first acknowledged `acked` op after it), longest gap.
+
+    The id checker (idchecker.py) measures its gets the same way, with its own idea of a failure.
+    """
     faults = sorted(faults, key=lambda f: f["t"])
-    put_oks = sorted(op.done for op in ops if op.f == "put" and op.type == "ok")
-    failures = sorted((op for op in ops if _is_failure(op) and op.done is not None), key=lambda o: o.done)
+    oks = sorted(op.done for op in ops if op.f == acked and op.type == "ok")
+    failures = sorted((op for op in ops if failed(op) and op.done is not None), key=lambda o: o.done)
     out = []
     for i, fault in enumerate(faults):
         start = fault["t"]
@@ -204,13 +207,13 @@ def failovers(ops: list[Op], faults: list[dict]) -> list[dict]:
             failover = 0.0
         else:
             began = max(start, first.invoke)
-            recovered = next((t for t in put_oks if t > first.done), None)
+            recovered = next((t for t in oks if t > first.done), None)
             if recovered is not None:
                 failover = round(recovered - began, 4)
-        window = [start] + [t for t in put_oks if start <= t < end]
+        window = [start] + [t for t in oks if start <= t < end]
         gaps = [b - a for a, b in zip(window, window[1:])]
         out.append({**fault, "failover_s": failover, "failed_ops": len(in_window),
-                    "longest_put_gap_s": round(max(gaps, default=0.0), 4)})
+                    f"longest_{acked}_gap_s": round(max(gaps, default=0.0), 4)})
     return out
 
 

@@ -45,6 +45,7 @@ from haqueue.lab.topology import LabState
 DEFAULT_DIR = "/run/haqueue-lab"
 NODE_IDS = ("n1", "n2", "n3")
 CLIENT_PORT = 11300
+ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 
 
@@ -69,6 +70,7 @@ def cluster_text(state: LabState, script_dir: str) -> str:
         'name = "lab"',
         f'vip = "{state.vip}/24"',
         f"client_port = {CLIENT_PORT}",
+        f"id_port = {ID_PORT}",
         f'secret = "lab-{secrets.token_hex(8)}"',
         "",
     ]

@@ -401,11 +401,15 @@ def _ip_vs_row(cluster: Cluster, facts: HostFacts) -> Row:
     if facts.ip_vs is None:
         return Row("ip_vs", FAIL, "module not loaded (/proc/net/ip_vs missing): keepalived cannot "
                                   "configure the virtual server")
-    want = f"{int(cluster.vip.ip):08X}:{cluster.client_port:04X}"
-    if want in facts.ip_vs:
-        return Row("ip_vs", OK, f"virtual server {cluster.vip.ip}:{cluster.client_port} configured")
-    return Row("ip_vs", WARN, f"no virtual server {cluster.vip.ip}:{cluster.client_port} yet "
-                              "(keepalived adds it at start)")
+    # gen-lvs renders a TCP virtual server for the queue and, with id_port, a UDP one.
+    wanted = [("TCP", cluster.client_port)] + ([("UDP", cluster.id_port)] if cluster.id_port else [])
+    services = {tuple(line.split()[:2]) for line in facts.ip_vs.splitlines() if line[:3] in ("TCP", "UDP")}
+    missing = [(proto, port) for proto, port in wanted
+               if (proto, f"{int(cluster.vip.ip):08X}:{port:04X}") not in services]
+    named = ", ".join(f"{cluster.vip.ip}:{port}/{proto.lower()}" for proto, port in (missing or wanted))
+    if not missing:
+        return Row("ip_vs", OK, f"virtual server {named} configured")
+    return Row("ip_vs", WARN, f"no virtual server {named} yet (keepalived adds it at start)")
 
 
 def _bond_rows(member: Node, facts: HostFacts) -> list[Row]:

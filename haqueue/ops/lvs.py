@@ -133,17 +133,34 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         f'    notify_stop "{tag} STOP: keepalived stopping, VIP released"',
         "}",
         "",
-        f"virtual_server {cluster.vip_address} {cluster.client_port} {{",
-        f"    delay_loop {short_number(lvs.delay_loop)}",
+    ]
+    lines += _virtual_server(cluster, cluster.client_port, "TCP", mode)
+    if cluster.id_port:
+        lines += ["", *_virtual_server(cluster, cluster.id_port, "UDP", mode)]
+    head = header(command, install=f"/etc/keepalived/keepalived.conf on director {director.id} ({director.address})")
+    return head + "\n".join(lines) + "\n"
+
+
+def _virtual_server(cluster: Cluster, port: int, protocol: str, mode: str) -> list[str]:
+    """One virtual_server: VIP:port to every node, each weighted by its /leader check, so
+    ip_vs forwards only to the node that serves."""
+    lines = [
+        f"virtual_server {cluster.vip_address} {port} {{",
+        f"    delay_loop {short_number(cluster.lvs.delay_loop)}",
         "    lb_algo rr",
         f"    lvs_method {_method(mode)}",
-        "    protocol TCP",
-        "    alpha",
+        f"    protocol {protocol}",
     ]
+    if protocol == "UDP":
+        # One-packet scheduling: each datagram is scheduled on its own, so the
+        # first request after a leader change reaches the new leader instead of
+        # following a UDP "connection" entry to the old one for udp_timeout.
+        lines.append("    ops")
+    lines.append("    alpha")
     for node in cluster.nodes:
         lines += [
             f"    # {node.id}",
-            f"    real_server {node.address} {cluster.client_port} {{",
+            f"    real_server {node.address} {port} {{",
             "        weight 1",
             "        HTTP_GET {",
             "            url {",
@@ -158,8 +175,7 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
             "    }",
         ]
     lines.append("}")
-    head = header(command, install=f"/etc/keepalived/keepalived.conf on director {director.id} ({director.address})")
-    return head + "\n".join(lines) + "\n"
+    return lines
 
 
 def render_modprobe(cluster: Cluster, command: str) -> str:

@@ -110,8 +110,11 @@ def render_config(cluster: Cluster, command: str) -> str:
         "scrape_configs:",
         f"  - job_name: haqueue-{cluster.name}",
         "    metrics_path: /metrics",
-        "    static_configs:",
     ]
+    if cluster.admin_token:
+        # /metrics answers 401 without the cluster's admin token (server/admin.py).
+        lines += ["    authorization:", "      type: Bearer", f"      credentials: {_quoted(cluster.admin_token)}"]
+    lines += ["    static_configs:"]
     for node in cluster.nodes:
         lines += [
             f'      - targets: ["{node.address}:{node.admin_port}"]',
@@ -123,5 +126,6 @@ def render_config(cluster: Cluster, command: str) -> str:
 
 
 def render(cluster: Cluster, command: str) -> list[RenderedFile]:
-    return [RenderedFile(CONFIG_FILE, render_config(cluster, command)),
+    # The scrape job carries the admin token when there is one: readable by its owner only.
+    return [RenderedFile(CONFIG_FILE, render_config(cluster, command), 0o600 if cluster.admin_token else 0o644),
             RenderedFile(RULES_FILE, render_rules(cluster, command))]

@@ -21,11 +21,15 @@ GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
 Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
 
 With a token (`--admin-token`, or the cluster file's cluster.admin_token),
-/status and /gc answer 401 unless the request carries
-`Authorization: Bearer TOKEN`: they show the cluster's shape and state, and
-/gc?collect=1 can stall the node. /health and /leader stay open, since
-keepalived's and the load balancers' checks ask them and they say nothing
-more than "up" and "leader".
+/status, /cluster, /metrics and /gc answer 401 unless the request carries
+`Authorization: Bearer TOKEN`: they show the cluster's shape, its tubes and
+its state, and /gc?collect=1 can stall the node. The nodes send the token to
+each other for /cluster's view, `haqueue top` and `cluster status` send the
+cluster file's, `gen-prometheus` writes it into the scrape job, and the page
+at / (static, no data of its own) asks for it once when /cluster says 401.
+/health and /leader stay open, since keepalived's and the load balancers'
+checks ask them and they say nothing more than "up" and "leader"; /id stays
+open like the UDP port it mirrors (docs/id-service.md).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
 log = logging.getLogger(__name__)
 
-PROTECTED = ("/status", "/gc")
+PROTECTED = ("/status", "/cluster", "/metrics", "/gc")
 # The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
 ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
              "exhausted": 409, "too_many_apps": 409, "not_leader": 503}
@@ -122,6 +126,8 @@ class AdminServer:
         if path.startswith("/id/"):
             return await self._id(path)
         if path.partition("?")[0] == "/cluster" and self.server.replica is not None:
+            if not authorized:
+                return 401, "text/plain", b"token required\n"
             from haqueue.server.status_page import cluster_view
 
             view = await cluster_view(self.server)

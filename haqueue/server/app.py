@@ -26,8 +26,8 @@ import signal
 import socket
 import ssl
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Callable
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
@@ -35,8 +35,6 @@ from haqueue.core.effects import Effects
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.gearman_service import GearmanService
-from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
@@ -44,9 +42,17 @@ from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
 
+if TYPE_CHECKING:
+    from haqueue.server.gearman_service import GearmanService
+    from haqueue.server.ids_udp import IdListener, IdRequests
+
 log = logging.getLogger(__name__)
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+# Connections the kernel completes before the node accepts them, as beanstalkd's
+# listen(fd, 1024). Passed on every listener, sockets handed over included: the loop
+# listens again on a socket it is given, with its own default (100) otherwise.
+BACKLOG = 1024
 
 
 @dataclass
@@ -175,14 +181,24 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
-        self.id_requests = IdRequests(self, options.id_endpoints)
         self._id_listener: IdListener | None = None
         self.gearman: GearmanService | None = None
         if options.gearman_port:
+            # Imported only when served, as the id service is: a plain node starts sooner.
+            from haqueue.server.gearman_service import GearmanService
+
             listen = options.listen
             self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
 
     # ------------------------------------------------------------ properties
+    @cached_property
+    def id_requests(self) -> IdRequests:
+        """The id service's requests, for its UDP listener and the admin port's /id/:
+        made (and its modules imported, ~7 ms) when one of them first asks, not at start."""
+        from haqueue.server.ids_udp import IdRequests
+
+        return IdRequests(self, self.options.id_endpoints)
+
     @property
     def state(self):
         return self.replica.state
@@ -314,14 +330,15 @@ class QueueServer:
         factory = self._new_session
         tls = self._tls_options()
         if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock, **tls)
+            self._listener = await self.loop.create_server(factory, sock=listen.sock, backlog=BACKLOG, **tls)
         elif listen.unix_path:
             if os.path.exists(listen.unix_path):
                 os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path, **tls)
+            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path,
+                                                                backlog=BACKLOG, **tls)
         else:
             self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024, **tls
+                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=BACKLOG, **tls
             )
             if listen.vip is not None and listen.vip != listen.host:
                 await self._open_vip_listener()
@@ -329,6 +346,8 @@ class QueueServer:
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
+        from haqueue.server.ids_udp import IdListener
+
         listen = self.options.listen
         self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
         try:
@@ -349,8 +368,8 @@ class QueueServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((listen.vip, listen.port))
-            sock.listen(1024)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock,
+            sock.listen(BACKLOG)
+            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock, backlog=BACKLOG,
                                                                **self._tls_options())
         except OSError as exc:
             # Another node on this host still holds it (a loopback cluster in

@@ -9,7 +9,6 @@ truncated as beanstalkd's integer division does.
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import socket
 
@@ -102,7 +101,7 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
                  limits: list[tuple[str, object]] = ()) -> bytes:
     counts = state.counts()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    uname = platform.uname()
+    uname = os.uname()  # what beanstalkd reports: uname(2)
     producers = sum(1 for s in sessions if s.is_producer)
     workers = sum(1 for s in sessions if s.is_worker)
     pairs = [

@@ -30,13 +30,15 @@ TUBE_COLUMNS = {"urgent": 0, "ready": 1, "reserved": 2, "delayed": 3, "buried": 
                 "pause_time_left": 8, "total_jobs": 9, "deletes": 10}
 
 
-async def fetch_json(host: str, port: int, path: str, timeout: float = PEER_TIMEOUT) -> dict:
+async def fetch_json(host: str, port: int, path: str, timeout: float = PEER_TIMEOUT,
+                     token: str | None = None) -> dict:
     """GET a peer's admin endpoint without blocking the event loop; raises OSError/ValueError."""
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
 
     async def get() -> bytes:
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n{authorization}\r\n".encode())
             return await reader.read()
         finally:
             writer.close()
@@ -64,7 +66,7 @@ async def cluster_view(server) -> dict:
             row.update(reachable=True, **server.status())
             return row
         try:
-            row.update(reachable=True, **await fetch_json(host, port, "/status"))
+            row.update(reachable=True, **await fetch_json(host, port, "/status", token=options.admin_token))
         except (OSError, ValueError):
             row["reachable"] = False
         return row
@@ -126,6 +128,8 @@ PAGE = """<!doctype html>
 <h1>haqueue <span id="cluster"></span></h1>
 <div class="sub">seen from node <span id="self"></span>, updated <span id="updated">never</span>
   <span id="error"></span></div>
+<form id="login" hidden>this node asks for its admin token:
+  <input id="token" type="password" autocomplete="off"> <button>show</button></form>
 <div class="banner" id="banner">leader: <b id="leader" data-leader="">?</b></div>
 <h2>Nodes</h2>
 <table id="nodes">
@@ -216,9 +220,21 @@ function show(view) {
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
 }
 
+// With [cluster] admin_token set, /cluster wants "Authorization: Bearer TOKEN":
+// asked for once, kept for this tab only (sessionStorage), sent on every poll.
+const login = document.getElementById("login");
+login.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem("haqueue-token", document.getElementById("token").value);
+  login.hidden = true;
+});
+
 async function poll() {
   try {
-    const answer = await fetch("/cluster", {cache: "no-store"});
+    const token = sessionStorage.getItem("haqueue-token");
+    const answer = await fetch("/cluster", {cache: "no-store",
+      headers: token ? {"Authorization": "Bearer " + token} : {}});
+    login.hidden = answer.status !== 401;
     if (!answer.ok) throw new Error("HTTP " + answer.status);
     show(await answer.json());
   } catch (err) {

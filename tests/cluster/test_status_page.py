@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.support.browser import require_chromium, running_chromium
-from tests.support.servers import RawConn
+from tests.support.servers import RawConn, free_port, start_haqueue
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "status-page.png"
 LEADER = "document.getElementById('leader').dataset.leader"
@@ -75,3 +75,21 @@ def test_status_page_shows_the_leader_and_tubes_and_follows_a_failover(make_clus
         # The same page load, updated in place; the replicated tubes survived.
         assert page.evaluate("Number(document.body.dataset.updates)") > updates
         assert page.evaluate(cell("tr[data-tube=emails]", "ready")) == "8"
+
+
+def test_with_an_admin_token_the_page_asks_for_it_once_and_then_shows_the_node(tmp_path):
+    require_chromium()
+    admin = free_port()
+    server = start_haqueue("--admin", f"127.0.0.1:{admin}", "--admin-token", "s3cret")
+    try:
+        with running_chromium(f"http://127.0.0.1:{admin}/", tmp_path / "chromium") as page:
+            page.wait_for("document.getElementById('login').hidden", lambda v: v is False,
+                          what="the token form shown after a 401")
+            assert page.evaluate("document.body.dataset.updates") is None  # nothing shown without it
+            page.evaluate("document.getElementById('token').value = 's3cret';"
+                          "document.getElementById('login').requestSubmit(); true")
+            page.wait_for("Number(document.body.dataset.updates || 0)", lambda v: v >= 1, what="view shown")
+            assert page.evaluate("document.getElementById('login').hidden") is True
+            assert page.evaluate("document.querySelectorAll('#nodes tbody tr').length") == 1
+    finally:
+        server.stop()

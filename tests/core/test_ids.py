@@ -126,6 +126,18 @@ def test_templates_that_tell_cycles_apart_are_accepted():
     assert [r.name for r in seed_rules()] == ["o2o", "counter"]
 
 
+def test_the_built_in_rules_pass_every_check_they_skip_at_start():
+    for rule in seed_rules():
+        assert rule.checked() == rule and rule.checked().tokens == rule.tokens
+
+
+def test_a_rule_that_fails_a_check_fails_it_when_checked_again():
+    untrusted = IdRule("o2o-daily", "{month:02}{day:02}{counter:04}", max_counter=9999, reset_seconds=86400,
+                       trusted=True)  # month and day repeat every year: within 1,000 daily cycles
+    with pytest.raises(RuleError, match="render the same for two cycles"):
+        untrusted.checked()
+
+
 def test_time_zones_are_fixed_offsets_only():
     assert parse_offset("+08:00") == 28800 and parse_offset("-03:30") == -12600
     for bad in ("Asia/Shanghai", "+8", "+08:60", "+15:00"):

@@ -84,3 +84,16 @@ def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys
     assert code == 0
     assert out == "stopped 6 processes, removed 5 namespaces, unmounted 3 data disks\n"
     assert namespaces_with(prefix) == []
+
+
+def test_scenario_counts_plan_that_many_per_round_and_a_bad_count_is_one_line(capsys, tmp_path):
+    import random
+
+    from haqueue.lab.chaos import plan
+
+    faults = plan("kill-leader*5,pause-leader*2", 2, random.Random(3))
+    assert sorted(faults) == ["kill-leader"] * 10 + ["pause-leader"] * 4
+    assert faults != sorted(faults)  # shuffled within its rounds
+    code, err = run(capsys, "lab", "chaos", "--scenario", "kill-leader*0", "--dir", str(tmp_path))
+    assert code == 1
+    assert err == "haqueue: --scenario: 'kill-leader*0': the count after * must be a whole number above 0\n"

@@ -176,6 +176,14 @@ def test_director_reports_vrrp_state_and_whether_ip_vs_has_the_virtual_server():
     assert "raft role" not in rows
     f.ip_vs = None
     assert rows_by_check(check.evaluate(cluster, director, "director", f))["ip_vs"][0] == FAIL
+    # With the id service on, its UDP virtual server is expected too.
+    cluster = parse_cluster(cluster_text(directors=True).replace("[cluster]\n", "[cluster]\nid_port = 1200\n", 1))
+    f.ip_vs = "IP Virtual Server version 1.2.1 (size=32768)\n" + service
+    rows = rows_by_check(check.evaluate(cluster, director, "director", f))
+    assert rows["ip_vs"] == (WARN, f"no virtual server {VIP}:1200/udp yet (keepalived adds it at start)")
+    f.ip_vs += f"UDP  {int(ipaddress.IPv4Address(VIP)):08X}:04B0 rr ops\n"
+    rows = rows_by_check(check.evaluate(cluster, director, "director", f))
+    assert rows["ip_vs"] == (OK, f"virtual server {VIP}:{cluster.client_port}/tcp, {VIP}:1200/udp configured")
 
 
 def test_one_host_lab_on_lo_holds_the_vip_on_its_own_interface():
@@ -217,7 +225,10 @@ def test_table_has_a_header_and_one_line_per_row():
 
 # -- the real command in a network namespace --------------------------------------
 
-needs_root = pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
+def needs_root(test):
+    """Marked `root` (it creates namespaces: `-m "not root"` leaves it out even when run as
+    root) and skipped with a reason when not root."""
+    return pytest.mark.root(pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)(test))
 
 
 def run_check(ns: str, config, *args: str) -> tuple[int, dict[str, tuple[str, str]], dict]:

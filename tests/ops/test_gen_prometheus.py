@@ -24,9 +24,9 @@ def promtool() -> str:
     return require("promtool")
 
 
-def generate(tmp_path: Path) -> Path:
+def generate(tmp_path: Path, config: Path = CONFIG) -> Path:
     out = tmp_path / "prometheus"
-    assert main(["ops", "gen-prometheus", "--config", str(CONFIG), "-o", str(out)]) == 0
+    assert main(["ops", "gen-prometheus", "--config", str(config), "-o", str(out)]) == 0
     return out
 
 
@@ -40,6 +40,20 @@ def test_promtool_accepts_the_config_and_the_rules(tmp_path):
     for node in ("n1", "n2", "n3"):
         assert f"node: {node}" in config
     assert '"192.168.56.11:11500"' in config
+
+
+def test_with_an_admin_token_the_scrape_job_sends_it_and_the_file_is_private(tmp_path):
+    tool = promtool()
+    with_token = tmp_path / "cluster.toml"
+    with_token.write_text(CONFIG.read_text().replace("[cluster]\n", '[cluster]\nadmin_token = "t0k"\n', 1))
+    out = generate(tmp_path, with_token)
+    done = subprocess.run([tool, "check", "config", "prometheus-haqueue.yml"], cwd=out, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = (out / "prometheus-haqueue.yml").read_text()
+    assert 'type: Bearer\n      credentials: "t0k"' in config
+    assert (out / "prometheus-haqueue.yml").stat().st_mode & 0o077 == 0
+    assert "credentials" not in (generate(tmp_path / "plain") / "prometheus-haqueue.yml").read_text()
 
 
 LEADER_TESTS = """

@@ -9,7 +9,7 @@ import pytest
 
 from haqueue.cluster import ClusterFileError, parse_cluster
 from haqueue.ops import lvs
-from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
+from tests.ops.golden_tools import VAGRANT, case_cluster, case_config_arg, check_golden
 from tests.ops.keepalived_tools import config_test, netns, require_root_tools
 
 # (golden case, cluster file case, --mode)
@@ -28,6 +28,7 @@ def test_rendered_files_match_golden(golden, case, mode):
     check_golden("lvs", golden, files)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("golden", "case", "mode"), CASES)
 def test_every_director_conf_passes_keepalived_config_test_without_a_warning(golden, case, mode, tmp_path):
     cluster, files = rendered(case, mode)
@@ -133,23 +134,25 @@ def test_unknown_member_is_one_line_error():
         lvs.render(cluster, "x9", None, "x")
 
 
+@pytest.mark.root
 def test_dr_realserver_script_puts_vip_on_lo_and_sets_arp_sysctls(tmp_path):
     require_root_tools()
-    cluster, files = rendered("vagrant", None, "n1")
+    # The example cluster moved into 198.18.0.0/15, the range this machine's tests may use.
+    cluster = parse_cluster(VAGRANT.read_text().replace('"192.168.56.', '"198.18.56.'), source="lab.toml")
     path = tmp_path / "rs.sh"
-    path.write_text(files[0].text)
+    path.write_text(lvs.render(cluster, "n1", None, "x")[0].text)
     path.chmod(0o755)
 
     def in_ns(ns, *argv):
         return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=True).stdout
 
-    with netns({"eth1": ["192.168.56.11/24"]}) as ns:
+    with netns({"eth1": ["198.18.56.11/24"]}) as ns:
         in_ns(ns, str(path), "start")
         in_ns(ns, str(path), "start")  # idempotent
-        assert "inet 192.168.56.100/32" in in_ns(ns, "ip", "-4", "addr", "show", "dev", "lo")
+        assert "inet 198.18.56.100/32" in in_ns(ns, "ip", "-4", "addr", "show", "dev", "lo")
         # all and lo, as gen-sysctl persists them and `haqueue ops check` expects them.
         for key, value in [("all.arp_ignore", "1"), ("lo.arp_ignore", "1"), ("all.arp_announce", "2"),
                            ("lo.arp_announce", "2")]:
             assert in_ns(ns, "sysctl", "-n", f"net.ipv4.conf.{key}").strip() == value
         in_ns(ns, str(path), "stop")
-        assert "192.168.56.100" not in in_ns(ns, "ip", "-4", "addr", "show", "dev", "lo")
+        assert "198.18.56.100" not in in_ns(ns, "ip", "-4", "addr", "show", "dev", "lo")

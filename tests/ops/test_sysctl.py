@@ -193,6 +193,7 @@ def test_parser_rejects_a_line_without_equals():
         sysctl.parse_sysctl_conf("# ok\nnet.ipv4.ip_forward 1\n")
 
 
+@pytest.mark.root
 @pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
 @pytest.mark.skipif(NO_SYSCTL, reason=NO_SYSCTL_REASON)
 @pytest.mark.parametrize("role", sysctl.ROLES)

@@ -122,7 +122,7 @@ def test_tls_cert_without_key_is_one_line(certificate):
     assert result.stderr.strip() == "haqueue: --tls-cert and --tls-key go together"
 
 
-def test_the_admin_token_guards_status_but_not_the_health_checks():
+def test_the_admin_token_guards_status_cluster_metrics_and_gc_but_not_the_health_checks():
     admin_port = free_port()
     with haqueue("--admin", f"{HOST}:{admin_port}", "--admin-token", "s3cret"):
         base = f"http://{HOST}:{admin_port}"
@@ -141,5 +141,10 @@ def test_the_admin_token_guards_status_but_not_the_health_checks():
         assert get("/status", "wrong") == 401
         assert get("/status", "s3cret") == 200
         assert get("/gc") == 401
+        for path in ("/cluster", "/metrics"):  # the cluster's shape and its tubes' names
+            assert get(path) == 401
+            assert get(path, "wrong") == 401
+            assert get(path, "s3cret") == 200
         assert get("/health") == 200
         assert get("/leader") == 200
+        assert get("/") == 200  # the page itself holds no data: it asks for the token

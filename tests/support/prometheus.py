@@ -30,13 +30,16 @@ def require_prometheus() -> str:
     return require("prometheus")
 
 
-def scrape_config(jobs: dict[str, list[tuple[str, dict]]], interval: str = "250ms") -> str:
-    """prometheus.yml as JSON (YAML's subset): one static_config per target, with its labels."""
+def scrape_config(jobs: dict[str, list[tuple[str, dict]]], interval: str = "250ms",
+                  token: str | None = None) -> str:
+    """prometheus.yml as JSON (YAML's subset): one static_config per target, with its labels;
+    with `token`, every job sends it as a bearer token (as gen-prometheus renders it)."""
     config = {
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": [target], "labels": labels}
-                                                for target, labels in targets]}
+                                                for target, labels in targets],
+             **({"authorization": {"type": "Bearer", "credentials": token}} if token else {})}
             for job, targets in jobs.items()
         ],
     }
@@ -84,11 +87,12 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def running_prometheus(workdir: Path, jobs: dict[str, list[tuple[str, dict]]]) -> Iterator[Prometheus]:
+def running_prometheus(workdir: Path, jobs: dict[str, list[tuple[str, dict]]],
+                       token: str | None = None) -> Iterator[Prometheus]:
     executable = require_prometheus()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(scrape_config(jobs))
+    config.write_text(scrape_config(jobs, token=token))
     log_path = workdir / "prometheus.log"
     port = free_port()
     with open(log_path, "wb") as log:
