@@ -27,13 +27,14 @@ Shape (keys may be added; these are relied on by tooling and docs):
     admin_token = "..."          # optional: /status and /gc need "Authorization: Bearer ..."
     id_port = 1200               # optional: the id service, JSON over UDP on the leader; 0 = off (default)
     id_rate_limit = 20000        # optional: id datagrams a second per source address; 0 = no limit
+    gearman_port = 4730          # optional: the Gearman protocol, TCP, leader only; 0 = off (default)
 
     [[nodes]]
     id = "n1"
     address = "192.0.2.11"
     interface = "eth1"
     priority = 150
-    # optional per node: client_port, raft_port, admin_port, id_port (to run
+    # optional per node: client_port, raft_port, admin_port, id_port, gearman_port (to run
     # several nodes on one host), data_dir
 
     [[directors]]                # optional: the LVS director pair
@@ -141,6 +142,7 @@ class Node:
     admin_port: int = DEFAULT_ADMIN_PORT
     data_dir: str | None = None
     id_port: int = 0  # UDP, the id service (server/ids_udp.py); 0: off
+    gearman_port: int = 0  # TCP, Gearman (server/gearman_service.py); 0: off
 
     @property
     def raft_endpoint(self) -> str:
@@ -216,6 +218,7 @@ class Cluster:
     id_port: int = 0
     id_rules: tuple[IdRule, ...] = ()
     id_rate_limit: int = 20_000
+    gearman_port: int = 0
     source: str = "<memory>"
 
     @property
@@ -275,7 +278,7 @@ TABLES = ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs", "limit
 ID_RULE_KEYS = ("name", "format", "min_counter", "max_counter", "reset_seconds", "timezone", "salt_max_len",
                 "mode", "segment")
 NODE_KEYS = ("id", "address", "interface", "priority", "client_port", "raft_port", "admin_port", "data_dir",
-             "id_port")
+             "id_port", "gearman_port")
 
 
 def _read_cluster(top: Fields) -> Cluster:
@@ -283,7 +286,7 @@ def _read_cluster(top: Fields) -> Cluster:
     top.only(TABLES, "unknown table")
     c = top.table("cluster").only(
         ("name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id", "admin_token",
-         "id_port", "id_rate_limit"))
+         "id_port", "id_rate_limit", "gearman_port"))
     name = c.string("name")
     if not _ID_RE.match(name):
         raise c.fail("name", f"{name!r} must be letters, digits, '-' or '_' (max 32)")
@@ -296,8 +299,10 @@ def _read_cluster(top: Fields) -> Cluster:
     admin_token = c.string("admin_token") if "admin_token" in c else None
     ports = {"client_port": client_port, "raft_port": raft_port, "admin_port": admin_port}
     id_port = c.integer("id_port", 0, 0, 65535)
+    gearman_port = c.integer("gearman_port", 0, 0, 65535)
     ids: dict[str, str] = {}  # every member's id, nodes and directors alike: where it was first seen
-    nodes = _read_members(top, "nodes", vip, ports, ids, required=True, id_port=id_port)
+    nodes = _read_members(top, "nodes", vip, ports, ids, required=True, id_port=id_port,
+                          gearman_port=gearman_port)
     directors = _read_members(top, "directors", vip, ports, ids, required=False)
     # Each address named by its first member (several nodes may share a host).
     addresses = {m.address: m.id for m in reversed(nodes + directors)}
@@ -320,6 +325,7 @@ def _read_cluster(top: Fields) -> Cluster:
         id_port=id_port,
         id_rules=read_id_rules(top),
         id_rate_limit=c.integer("id_rate_limit", 20_000, 0, 10**9),
+        gearman_port=gearman_port,
         source=top.source,
     )
 
@@ -339,7 +345,8 @@ def _read_vip(c: Fields) -> ipaddress.IPv4Interface:
 
 
 def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: dict[str, int],
-                  ids: dict[str, str], required: bool, id_port: int = 0) -> tuple[Node, ...]:
+                  ids: dict[str, str], required: bool, id_port: int = 0,
+                  gearman_port: int = 0) -> tuple[Node, ...]:
     """[[nodes]] or [[directors]]: ids unique across both (`ids`), priorities and
     address:port endpoints unique within the array (the id service's UDP
     ports among themselves: UDP and TCP ports are separate spaces)."""
@@ -379,6 +386,13 @@ def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: di
             if endpoint in seen_endpoints:
                 raise m.fail(name, f"{address}:{port} is already used by {seen_endpoints[endpoint]}")
             seen_endpoints[endpoint] = f"{node_id} {name}"
+        own_gearman_port = m.integer("gearman_port", gearman_port, 0, 65535) if key == "nodes" else 0
+        if own_gearman_port:  # TCP, like the client, Raft and admin ports
+            endpoint = (str(address), own_gearman_port)
+            if endpoint in seen_endpoints:
+                raise m.fail("gearman_port",
+                             f"{address}:{own_gearman_port} is already used by {seen_endpoints[endpoint]}")
+            seen_endpoints[endpoint] = f"{node_id} gearman_port"
         own_id_port = m.integer("id_port", id_port, 0, 65535)
         if own_id_port:
             endpoint = (str(address), own_id_port)
@@ -389,7 +403,8 @@ def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: di
         if data_dir is not None and (not isinstance(data_dir, str) or not data_dir):
             raise m.fail("data_dir", "must be a non-empty string")
         members.append(Node(id=node_id, address=str(address), interface=interface, priority=priority,
-                            data_dir=data_dir, id_port=own_id_port, **own_ports))
+                            data_dir=data_dir, id_port=own_id_port, gearman_port=own_gearman_port,
+                            **own_ports))
     return tuple(members)
 
 

@@ -239,3 +239,14 @@ def test_an_id_rule_that_could_repeat_ids_is_refused_in_one_line(old, new, expec
 
 def test_an_id_rule_defined_twice_is_refused():
     assert "id_rules[1].name: duplicate rule 'order_id' (also id_rules[0])" in error_for(BASE + ORDER_RULE * 2)
+def test_gearman_port_is_off_by_default_and_read_from_cluster_and_node():
+    c = parse_cluster(BASE)
+    assert c.gearman_port == 0 and [n.gearman_port for n in c.nodes] == [0, 0]
+    c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 4730\n')
+                      .replace('priority = 140\n', 'priority = 140\ngearman_port = 4731\n'))
+    assert c.gearman_port == 4730 and [n.gearman_port for n in c.nodes] == [4730, 4731]
+
+
+def test_a_gearman_port_may_not_be_another_tcp_port_of_the_node():
+    message = error_for(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 11300\n'))
+    assert "nodes[0].gearman_port" in message and "already used by n1 client_port" in message

@@ -101,6 +101,13 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
+@click.option("--gearman", "gearman_workload", type=click.Choice(["submit", "cycle"]), default=None,
+              help="Gearman benchmark: start gearmand (in memory) and a durable haqueue cluster "
+                   "(--gearman-nodes) and run this workload on each with synchronous clients: "
+                   "submit: background submits (--connections); cycle: submit -> grab -> complete "
+                   "(--producers, --consumers as workers, --backlog).")
+@click.option("--gearman-nodes", type=click.IntRange(1, 5), default=3, show_default=True,
+              help="--gearman: nodes of the haqueue cluster started.")
 def bench(
     what: str | None,
     id_mode: str,
@@ -133,6 +140,8 @@ def bench(
     flood: bool,
     server_cpus: str | None,
     cluster: str | None,
+    gearman_workload: str | None,
+    gearman_nodes: int,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
@@ -172,6 +181,12 @@ def bench(
             pin_servers(cpus or {-1})
         except BenchError as exc:
             raise click.ClickException(str(exc)) from None
+    if gearman_workload is not None:
+        _bench_gearman(gearman_workload, gearman_nodes, connections, producers, consumers, body_size,
+                       duration or 5.0, warmup, backlog, timeout, repeat, json_path,
+                       others=[n for n, on in (("--server", server), ("--compare", compare),
+                                               ("--cluster", cluster), ("--memory", memory_jobs)) if on])
+        return
     if scrape_tubes is not None:
         from haqueue.bench.scrape import bench_scrape
 
@@ -367,6 +382,26 @@ def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, s
             f.write(to_json(settings, runs, memory))
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _bench_gearman(workload: str, nodes: int, connections: int, producers: int, consumers: int,
+                   body_size: int, duration: float, warmup: float, backlog: int | None, timeout: float,
+                   repeat: int, json_path: str | None, others: list[str]) -> None:
+    from haqueue.bench.gearman import bench_gearman, format_gearman
+
+    if others:
+        raise click.ClickException(f"--gearman starts its own servers: it excludes {' and '.join(others)}")
+    try:
+        progress, started = Progress(), time.monotonic()
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --gearman: {elapsed(started)} elapsed"):
+            results = bench_gearman(workload, nodes, connections if workload == "submit" else producers,
+                                    consumers, body_size, duration, warmup, backlog or 256, timeout, repeat)
+        click.echo(format_gearman(results))
+        if json_path is not None:
+            _write_doc_json(json_path, {"settings": {"gearman": workload, "nodes": nodes, "duration": duration},
+                                        "gearman": [r.to_json() for r in results]})
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @contextlib.contextmanager

@@ -81,10 +81,13 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 @click.option("--id-rate-limit", type=click.IntRange(0, None), default=None, metavar="N",
               help="Id service datagrams a second per source address; more are dropped unanswered; "
                    "0: no limit. [default: 20000; the cluster file's id_rate_limit]")
+@click.option("--gearman-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the Gearman protocol on this TCP port at the -l address (the leader only); "
+                   "0: off. [default: 0; the cluster file's gearman_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
           max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port,
-          id_rate_limit) -> None:
+          id_rate_limit, gearman_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -115,6 +118,13 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
                 options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
         if id_rate_limit is not None:
             options.id_rate_limit = id_rate_limit
+        if gearman_port is not None:
+            if options.listen.unix_path or options.listen.sock is not None:
+                raise HaqueueError("--gearman-port needs -l HOST (the Gearman port's address), "
+                                   "not a Unix or inherited socket")
+            if gearman_port and gearman_port == options.listen.port:
+                raise HaqueueError(f"--gearman-port {gearman_port} is the beanstalkd port (-p)")
+            options.gearman_port = gearman_port
         if admin is not None:
             host, sep, admin_port = admin.rpartition(":")
             if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
@@ -188,4 +198,5 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         id_rules=cluster.id_rules,
         id_rate_limit=cluster.id_rate_limit,
         config_path=str(config_path),
+        gearman_port=me.gearman_port,
     )

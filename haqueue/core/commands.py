@@ -47,6 +47,15 @@ FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
 ID_RESERVE = 14  # (ID_RESERVE, rule, app, n): the id service hands out n values (core/ids.py)
 # version 3 (15-19: the id service)
 ID_SET_RULES = 15  # (ID_SET_RULES, (rule record, ...)): the id rules in force (core/ids.py)
+# version 3: Gearman (core/gearman.py; conn as for beanstalk connections). RELEASE_ORPHANS
+# also drops every Gearman connection but those it keeps: before any of these
+# opcodes is logged there is no Gearman state, so old and new nodes agree on it.
+GM_SUBMIT = 20  # (GM_SUBMIT, conn, function, unique, data, priority, background, run_at_ms)
+GM_GRAB = 21  # (GM_GRAB, conn, (function, ...))
+GM_WORK_STATUS = 22  # (GM_WORK_STATUS, conn, handle, numerator, denominator)
+GM_FINISH = 23  # (GM_FINISH, conn, handle): WORK_COMPLETE, WORK_FAIL or WORK_EXCEPTION
+GM_DROP_CONN = 24  # (GM_DROP_CONN, conn): a Gearman connection closed
+GM_MAX_QUEUE = 25  # (GM_MAX_QUEUE, function, size): the admin `maxqueue`; 0 lifts the bound
 
 NAMES = {
     TICK: "tick",
@@ -65,6 +74,12 @@ NAMES = {
     FORGET_TUBE: "forget-tube",
     ID_RESERVE: "id-reserve",
     ID_SET_RULES: "id-set-rules",
+    GM_SUBMIT: "gearman-submit",
+    GM_GRAB: "gearman-grab",
+    GM_WORK_STATUS: "gearman-work-status",
+    GM_FINISH: "gearman-finish",
+    GM_DROP_CONN: "gearman-drop-conn",
+    GM_MAX_QUEUE: "gearman-max-queue",
 }
 
 

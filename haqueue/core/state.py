@@ -34,6 +34,8 @@ from haqueue.core import job as J
 from haqueue.core import results as R
 from haqueue.core.effects import Applied, Effects
 from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND, Tag
+from haqueue.core import gearman as G
+from haqueue.core.gearman import GearmanState
 from haqueue.core.ids import IdState
 from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
                               tallies)
@@ -44,7 +46,8 @@ from haqueue.core.tube import Tube, compact, overgrown
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
 # That section carries its own version (ids.IDS_FORMAT_VERSION), so its shape
 # changes without a new snapshot format.
-SNAPSHOT_FORMAT_VERSION = 3
+# 4: a tenth section, Gearman's state (core/gearman.py); 3 and older read as no Gearman jobs.
+SNAPSHOT_FORMAT_VERSION = 4
 
 
 
@@ -78,6 +81,8 @@ class QueueState:
         self._ints = SharedInts()  # one object per priority, delay and ttr value
         # The id service rides on the same log, with its own section of the records.
         self.ids = IdState()
+        # ...and so does Gearman, in a namespace of its own (core/gearman.py says why).
+        self.gearman = GearmanState()
         # What the entry being applied did (effects.py); fresh sets per entry.
         self._woken: set[str] = set()  # tubes in which a job became ready
         self._emptied: set[str] = set()  # tubes that lost their last job
@@ -88,11 +93,12 @@ class QueueState:
         """Apply one log entry: one result per command, and what it did. Never raises."""
         self._woken = set()
         self._emptied = set()
+        self.gearman.woken = set()
         return Applied(self._apply_commands(stamp, commands), self.effects())
 
     def effects(self) -> Effects:
         """What happened since the last entry began (apply_batch returns it)."""
-        return Effects(self._woken, self._emptied, self.next_deadline())
+        return Effects(self._woken, self._emptied, self.next_deadline(), self.gearman.woken)
 
     def _apply_commands(self, stamp: int, commands: list[tuple]) -> list[tuple]:
         if type(commands) is not list and type(commands) is not tuple:
@@ -160,6 +166,7 @@ class QueueState:
                 tube.unpause_at = 0
                 if tube.ready_count:
                     self._woken.add(name)
+        self.gearman.advance(now)
 
     def next_deadline(self) -> int | None:
         """The earliest pending deadline (ms), for the leader's timer."""
@@ -169,6 +176,9 @@ class QueueState:
                 heapq.heappop(heap)
             if heap and (best is None or heap[0][0] < best):
                 best = heap[0][0]
+        scheduled = self.gearman.next_deadline()
+        if scheduled is not None and (best is None or scheduled < best):
+            best = scheduled
         return best
 
     def ready_at(self, now: int) -> dict[str, int]:
@@ -479,6 +489,7 @@ class QueueState:
         if epoch > self.conn_epoch_floor:
             self.conn_epoch_floor = epoch
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
+        self.gearman.drop_all_but(keep)
         return R.DONE
 
     def _requeue_reservations(self, conns: list[int]) -> None:
@@ -501,6 +512,52 @@ class QueueState:
     def _id_set_rules(self, cmd: tuple, now: int) -> tuple:
         _, records = cmd
         return self.ids.set_rules(records)  # validates every record; never raises
+    # Gearman (core/gearman.py): arguments checked here, the state machine trusts them.
+    def _gm_submit(self, cmd: tuple, now: int) -> tuple:
+        _, conn, function, unique, data, priority, background, run_at = cmd
+        if (type(conn) is not int or type(function) is not str or type(unique) is not bytes
+                or type(data) is not bytes or type(priority) is not int or type(background) is not bool
+                or type(run_at) is not int or not G.HIGH <= priority <= G.LOW):
+            return self._malformed()
+        if not background and conn >> 32 < self.conn_epoch_floor:
+            # A dead leader's client, its command forwarded late: nobody would
+            # ever hear of this job, and nothing would end it.
+            return NOT_FOUND
+        return self.gearman.submit(function, unique, data, priority, background, run_at, conn, now)
+
+    def _gm_grab(self, cmd: tuple, now: int) -> tuple:
+        _, conn, functions = cmd
+        if type(conn) is not int or (type(functions) is not tuple and type(functions) is not list) or any(
+                type(f) is not str for f in functions):
+            return self._malformed()
+        if conn >> 32 < self.conn_epoch_floor:
+            return G.NO_JOB  # a dead leader's worker (as _reserve_cmd)
+        return self.gearman.grab(conn, tuple(functions), now)
+
+    def _gm_work_status(self, cmd: tuple, now: int) -> tuple:
+        _, conn, handle, numerator, denominator = cmd
+        if (type(conn) is not int or type(handle) is not str or type(numerator) is not int
+                or type(denominator) is not int):
+            return self._malformed()
+        return self.gearman.work_status(conn, handle, numerator, denominator)
+
+    def _gm_finish(self, cmd: tuple, now: int) -> tuple:
+        _, conn, handle = cmd
+        if type(conn) is not int or type(handle) is not str:
+            return self._malformed()
+        return self.gearman.finish(conn, handle)
+
+    def _gm_drop_conn(self, cmd: tuple, now: int) -> tuple:
+        _, conn = cmd
+        if type(conn) is not int:
+            return self._malformed()
+        return self.gearman.drop_connection(conn)
+
+    def _gm_max_queue(self, cmd: tuple, now: int) -> tuple:
+        _, function, size = cmd
+        if type(function) is not str or type(size) is not int:
+            return self._malformed()
+        return self.gearman.set_max_queue(function, size)
 
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
@@ -605,6 +662,7 @@ class QueueState:
             jobs,
             self.conn_epoch_floor,
             self.ids.to_records(),
+            G.to_records(self.gearman),
         )
 
     def serialize(self) -> bytes:
@@ -617,8 +675,10 @@ class QueueState:
     @classmethod
     def from_records(cls, records: tuple) -> "QueueState":
         version = records[0]
-        ids = None
+        ids = gearman = None
         if version == SNAPSHOT_FORMAT_VERSION:
+            _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor, ids, gearman = records
+        elif version == 3:
             _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor, ids = records
         elif version == 2:
             _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
@@ -633,6 +693,8 @@ class QueueState:
         state = cls()
         if ids is not None:
             state.ids = IdState.from_records(ids)
+        if gearman is not None:
+            state.gearman = G.from_records(gearman)
         state.next_id = next_id
         state.now = now
         state.total_jobs = total_jobs
@@ -732,4 +794,10 @@ _HANDLERS = {
     C.FORGET_TUBE: QueueState._forget_tube,
     C.ID_RESERVE: QueueState._id_reserve,
     C.ID_SET_RULES: QueueState._id_set_rules,
+    C.GM_SUBMIT: QueueState._gm_submit,
+    C.GM_GRAB: QueueState._gm_grab,
+    C.GM_WORK_STATUS: QueueState._gm_work_status,
+    C.GM_FINISH: QueueState._gm_finish,
+    C.GM_DROP_CONN: QueueState._gm_drop_conn,
+    C.GM_MAX_QUEUE: QueueState._gm_max_queue,
 }

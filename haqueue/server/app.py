@@ -45,6 +45,7 @@ from haqueue.server.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
 
 if TYPE_CHECKING:
+    from haqueue.server.gearman_service import GearmanService
     from haqueue.server.ids_udp import IdListener, IdRequests
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class NodeOptions:
     id_rules: tuple = ()
     id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
     config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
+    # The Gearman port on the client listener's host (and the VIP), served by
+    # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
+    gearman_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,13 @@ class QueueServer:
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._id_listener: IdListener | None = None
+        self.gearman: GearmanService | None = None
+        if options.gearman_port:
+            # Imported only when served, as the id service is: a plain node starts sooner.
+            from haqueue.server.gearman_service import GearmanService
+
+            listen = options.listen
+            self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
 
     # ------------------------------------------------------------ properties
     @cached_property
@@ -331,6 +342,15 @@ class QueueServer:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
         self.serving = True
+        if self.gearman is not None:
+            # After `serving`: a Gearman connection accepted while the VIP is being bound
+            # is served, not turned away.
+            try:
+                await self.gearman.open()
+            except OSError as exc:
+                self._die(f"cannot serve Gearman on {self.gearman.host}:{self.gearman.port}: "
+                          f"{exc.strerror or exc}")
+                return
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
         if self._id_listener is not None:
             await self._id_listener.open_vip()
@@ -431,8 +451,12 @@ class QueueServer:
                 log.warning("max-connections %d reached: refused %d connection(s) so far",
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
+        return Session(self, self.next_conn_id())
+
+    def next_conn_id(self) -> int:
+        """A connection id no other connection of any leader has: (term << 32) | serial."""
         self.conn_serial += 1
-        return Session(self, (self.epoch << 32) | self.conn_serial)
+        return (self.epoch << 32) | self.conn_serial
 
     def _step_down(self, graceful: bool = False) -> None:
         was_serving = self.serving
@@ -455,6 +479,8 @@ class QueueServer:
         if self._id_listener is not None:
             self._id_listener.close_vip()
         self.id_requests.drop_blocks()
+        if self.gearman is not None:
+            self.gearman.close(graceful)
         for session in list(self.sessions):
             if graceful:
                 session.flush()
@@ -553,6 +579,8 @@ class QueueServer:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
             if effects.woken and self.waiters:
                 self._wake_waiters()
+            if effects.gearman_woken and self.gearman is not None:
+                self.gearman.wake(effects.gearman_woken)
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()

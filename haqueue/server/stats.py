@@ -90,6 +90,8 @@ class ServerCounters:
         self.rejected_connections = 0  # beyond max_connections
         self.output_limit_closes = 0  # closed for not reading their replies
         self.out_of_memory_replies = 0  # OUT_OF_MEMORY answered (a limit reached)
+        self.gearman_connections = 0  # Gearman connections accepted (not in total_connections)
+        self.gearman_errors = 0  # Gearman packets answered with ERROR for bad input
         self.started_ms = 0
         self.instance_id = os.urandom(8).hex()
 

@@ -124,3 +124,29 @@ def test_an_id_port_in_use_is_one_line():
         result = run("-l", "127.0.0.1", "-p", "0", "--id-port", str(port))
     assert result.returncode == 1
     assert result.stderr.strip() == f"haqueue: cannot serve ids on 127.0.0.1:{port}: Address already in use"
+
+
+def test_gearman_port_with_a_unix_socket_is_one_line(tmp_path):
+    result = run("-l", f"unix:{tmp_path}/s", "--gearman-port", "4730")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "haqueue: --gearman-port needs -l HOST (the Gearman port's address), not a Unix or inherited socket")
+
+
+def test_a_gearman_port_that_is_the_beanstalk_port_is_one_line():
+    result = run("-l", "127.0.0.1", "-p", "4730", "--gearman-port", "4730")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "haqueue: --gearman-port 4730 is the beanstalkd port (-p)"
+
+
+def test_a_gearman_port_in_use_is_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("-l", "127.0.0.1", "-p", "0", "--gearman-port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"haqueue: cannot serve Gearman on 127.0.0.1:{port}: Address already in use")

@@ -931,12 +931,13 @@ def test_buried_order_is_part_of_the_digest():
 def test_version_1_snapshot_records_are_still_read():
     state = QueueState()
     run(state, T0, put(), put(delay=1000), put(), reserve(1), bury(1, 1))
-    version, next_id, now, total, timeouts, tubes, jobs, floor, ids = state.to_records()
-    assert version == 3
+    version, next_id, now, total, timeouts, tubes, jobs, floor, ids, gearman = state.to_records()
+    assert version == 4
     v1_tubes = tuple(t[:6] for t in tubes)
     for records in ((1, next_id, now, total, timeouts, v1_tubes, jobs, floor),
                     (1, next_id, now, total, timeouts, v1_tubes, jobs),
-                    (2, next_id, now, total, timeouts, tubes, jobs, floor)):  # 2: no id section
+                    (2, next_id, now, total, timeouts, tubes, jobs, floor),  # 2: no id section
+                    (3, next_id, now, total, timeouts, tubes, jobs, floor, ids)):  # 3: no Gearman section
         restored = QueueState.from_records(records)
         assert restored.digest() == state.digest()
 
@@ -950,7 +951,7 @@ def test_a_format_3_snapshot_with_a_version_1_ids_section_is_still_read():
     ids = records[8]
     assert ids[0] == 2
     v1_ids = (1, *ids[1:4], tuple(rule[:7] for rule in ids[4]), ids[5])
-    old = pickle.dumps(records[:8] + (v1_ids,), protocol=5)
+    old = pickle.dumps((3, *records[1:8], v1_ids), protocol=5)  # format 3: no Gearman section yet
     restored = QueueState.deserialize(old)
     assert restored.digest() == state.digest()
     assert one(restored, T0, (C.ID_RESERVE, "counter", "app", 1)) == ("RESERVED", 3, 1, 1, T0)
