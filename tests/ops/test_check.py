@@ -184,6 +184,10 @@ def test_director_reports_vrrp_state_and_whether_ip_vs_has_the_virtual_server():
     f.ip_vs += f"UDP  {int(ipaddress.IPv4Address(VIP)):08X}:04B0 rr ops\n"
     rows = rows_by_check(check.evaluate(cluster, director, "director", f))
     assert rows["ip_vs"] == (OK, f"virtual server {VIP}:{cluster.client_port}/tcp, {VIP}:1200/udp configured")
+    # And Gearman's TCP virtual server when the cluster serves it.
+    cluster = parse_cluster(cluster_text(directors=True).replace("[cluster]\n", "[cluster]\ngearman_port = 4730\n", 1))
+    rows = rows_by_check(check.evaluate(cluster, director, "director", f))
+    assert rows["ip_vs"] == (WARN, f"no virtual server {VIP}:4730/tcp yet (keepalived adds it at start)")
 
 
 def test_one_host_lab_on_lo_holds_the_vip_on_its_own_interface():

@@ -170,7 +170,7 @@ def test_data_dir_outside_var_lib_becomes_read_write_path():
     assert "ExecStart=/opt/haqueue/bin/haqueue serve --config /etc/haqueue/jobs-eu.toml --node beta" in unit
 
 
-@pytest.mark.parametrize(("key", "port"), [("client_port", 300), ("id_port", 200)])
+@pytest.mark.parametrize(("key", "port"), [("client_port", 300), ("id_port", 200), ("gearman_port", 730)])
 def test_a_port_below_1024_gets_only_net_bind_service(key, port):
     cluster = parse_cluster(
         f'[cluster]\nname = "x"\nvip = "192.0.2.100/24"\nsecret = "s"\n{key} = {port}\n'
