@@ -26,13 +26,15 @@ Shape (keys may be added; these are relied on by tooling and docs):
     virtual_router_id = 51       # VRRP router id, 1..255
     admin_token = "..."          # optional: /status and /gc need "Authorization: Bearer ..."
     id_port = 1200               # optional: the id service, JSON over UDP on the leader; 0 = off (default)
+    id_rate_limit = 20000        # optional: id datagrams a second per source address; 0 = no limit
+    gearman_port = 4730          # optional: the Gearman protocol, TCP, leader only; 0 = off (default)
 
     [[nodes]]
     id = "n1"
     address = "192.0.2.11"
     interface = "eth1"
     priority = 150
-    # optional per node: client_port, raft_port, admin_port, id_port (to run
+    # optional per node: client_port, raft_port, admin_port, id_port, gearman_port (to run
     # several nodes on one host), data_dir
 
     [[directors]]                # optional: the LVS director pair
@@ -77,6 +79,23 @@ Shape (keys may be added; these are relied on by tooling and docs):
     cert = "/etc/haqueue/tls/cert.pem"
     key = "/etc/haqueue/tls/key.pem"
 
+    [[id_rules]]                 # optional: id service rules beside the built-in o2o and counter
+    name = "order_id"            # (a rule named o2o or counter replaces the built-in one)
+    format = "O{yy:02}{month:02}{day:02}{counter:06}"
+    min_counter = 0
+    max_counter = 999999
+    reset_seconds = 86400        # 0: never starts again
+    timezone = "+08:00"          # a fixed UTC offset: cycles and dates are in it
+    salt_max_len = 0             # > 0 when the format has {salt}
+    mode = "segment"             # "exact" (default) or "segment"
+    segment = 1000               # segment mode: values per block committed ahead
+
+Id rules are validated here (core/idrules.py: a format that could render two
+counters alike is refused) but take effect only as a committed entry: the
+leader proposes the file's rules when they differ from the replicated ones,
+on taking office and on SIGHUP (server/app.py), so every node uses the same
+rules whatever its own file says.
+
 The optional tables have defaults for every key; the defaults are the
 documented, tested choice (docs/operations.md explains each).
 """
@@ -90,6 +109,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from haqueue.cluster_fields import ClusterFileError, Fields
+from haqueue.core.idrules import DEFAULT_SEGMENT, IdRule, RuleError, parse_offset
 from haqueue.ops.keepalived_settings import KeepalivedSettings
 from haqueue.ops.lvs_settings import LvsSettings
 from haqueue.server.limits import ClientLimits, parse_size
@@ -122,6 +142,7 @@ class Node:
     admin_port: int = DEFAULT_ADMIN_PORT
     data_dir: str | None = None
     id_port: int = 0  # UDP, the id service (server/ids_udp.py); 0: off
+    gearman_port: int = 0  # TCP, Gearman (server/gearman_service.py); 0: off
 
     @property
     def raft_endpoint(self) -> str:
@@ -195,6 +216,9 @@ class Cluster:
     tls: TlsSettings | None = None
     admin_token: str | None = None
     id_port: int = 0
+    id_rules: tuple[IdRule, ...] = ()
+    id_rate_limit: int = 20_000
+    gearman_port: int = 0
     source: str = "<memory>"
 
     @property
@@ -250,9 +274,11 @@ def parse_cluster(text: str, source: str = "<memory>") -> Cluster:
     return _read_cluster(Fields(source, data))
 
 
-TABLES = ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs", "limits", "tls")
+TABLES = ("cluster", "nodes", "directors", "deploy", "keepalived", "lvs", "limits", "tls", "id_rules")
+ID_RULE_KEYS = ("name", "format", "min_counter", "max_counter", "reset_seconds", "timezone", "salt_max_len",
+                "mode", "segment")
 NODE_KEYS = ("id", "address", "interface", "priority", "client_port", "raft_port", "admin_port", "data_dir",
-             "id_port")
+             "id_port", "gearman_port")
 
 
 def _read_cluster(top: Fields) -> Cluster:
@@ -260,7 +286,7 @@ def _read_cluster(top: Fields) -> Cluster:
     top.only(TABLES, "unknown table")
     c = top.table("cluster").only(
         ("name", "vip", "client_port", "raft_port", "admin_port", "secret", "virtual_router_id", "admin_token",
-         "id_port"))
+         "id_port", "id_rate_limit", "gearman_port"))
     name = c.string("name")
     if not _ID_RE.match(name):
         raise c.fail("name", f"{name!r} must be letters, digits, '-' or '_' (max 32)")
@@ -273,8 +299,10 @@ def _read_cluster(top: Fields) -> Cluster:
     admin_token = c.string("admin_token") if "admin_token" in c else None
     ports = {"client_port": client_port, "raft_port": raft_port, "admin_port": admin_port}
     id_port = c.integer("id_port", 0, 0, 65535)
+    gearman_port = c.integer("gearman_port", 0, 0, 65535)
     ids: dict[str, str] = {}  # every member's id, nodes and directors alike: where it was first seen
-    nodes = _read_members(top, "nodes", vip, ports, ids, required=True, id_port=id_port)
+    nodes = _read_members(top, "nodes", vip, ports, ids, required=True, id_port=id_port,
+                          gearman_port=gearman_port)
     directors = _read_members(top, "directors", vip, ports, ids, required=False)
     # Each address named by its first member (several nodes may share a host).
     addresses = {m.address: m.id for m in reversed(nodes + directors)}
@@ -295,6 +323,9 @@ def _read_cluster(top: Fields) -> Cluster:
         tls=TlsSettings.read(top),
         admin_token=admin_token,
         id_port=id_port,
+        id_rules=read_id_rules(top),
+        id_rate_limit=c.integer("id_rate_limit", 20_000, 0, 10**9),
+        gearman_port=gearman_port,
         source=top.source,
     )
 
@@ -314,7 +345,8 @@ def _read_vip(c: Fields) -> ipaddress.IPv4Interface:
 
 
 def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: dict[str, int],
-                  ids: dict[str, str], required: bool, id_port: int = 0) -> tuple[Node, ...]:
+                  ids: dict[str, str], required: bool, id_port: int = 0,
+                  gearman_port: int = 0) -> tuple[Node, ...]:
     """[[nodes]] or [[directors]]: ids unique across both (`ids`), priorities and
     address:port endpoints unique within the array (the id service's UDP
     ports among themselves: UDP and TCP ports are separate spaces)."""
@@ -354,6 +386,13 @@ def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: di
             if endpoint in seen_endpoints:
                 raise m.fail(name, f"{address}:{port} is already used by {seen_endpoints[endpoint]}")
             seen_endpoints[endpoint] = f"{node_id} {name}"
+        own_gearman_port = m.integer("gearman_port", gearman_port, 0, 65535) if key == "nodes" else 0
+        if own_gearman_port:  # TCP, like the client, Raft and admin ports
+            endpoint = (str(address), own_gearman_port)
+            if endpoint in seen_endpoints:
+                raise m.fail("gearman_port",
+                             f"{address}:{own_gearman_port} is already used by {seen_endpoints[endpoint]}")
+            seen_endpoints[endpoint] = f"{node_id} gearman_port"
         own_id_port = m.integer("id_port", id_port, 0, 65535)
         if own_id_port:
             endpoint = (str(address), own_id_port)
@@ -364,8 +403,47 @@ def _read_members(top: Fields, key: str, vip: ipaddress.IPv4Interface, ports: di
         if data_dir is not None and (not isinstance(data_dir, str) or not data_dir):
             raise m.fail("data_dir", "must be a non-empty string")
         members.append(Node(id=node_id, address=str(address), interface=interface, priority=priority,
-                            data_dir=data_dir, id_port=own_id_port, **own_ports))
+                            data_dir=data_dir, id_port=own_id_port, gearman_port=own_gearman_port,
+                            **own_ports))
     return tuple(members)
+
+
+def read_id_rules(top: Fields) -> tuple[IdRule, ...]:
+    """[[id_rules]]: each rule validated as the state machine will (core/idrules.py)."""
+    raw = top.get("id_rules")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise top.fail("id_rules", "must be an array of tables ([[id_rules]])")
+    rules: list[IdRule] = []
+    names: dict[str, str] = {}
+    for i, entry in enumerate(raw):
+        where = f"id_rules[{i}]"
+        r = top.at(where, entry).only(ID_RULE_KEYS)
+        name = r.string("name")
+        if name in names:
+            raise r.fail("name", f"duplicate rule {name!r} (also {names[name]})")
+        names[name] = where
+        try:
+            offset = parse_offset(r.string("timezone", "+00:00"))
+        except ValueError as exc:
+            raise r.fail("timezone", str(exc)) from None
+        mode = r.choice("mode", "exact", ("exact", "segment"))
+        try:
+            rules.append(IdRule(
+                name=name,
+                format=r.string("format"),
+                min_counter=r.integer("min_counter", 0, 0, 2**63 - 1),
+                max_counter=r.integer("max_counter", 2**63 - 1, 0, 2**63 - 1),
+                reset_seconds=r.integer("reset_seconds", 0, 0, 100 * 366 * 86400),
+                utc_offset=offset,
+                salt_max_len=r.integer("salt_max_len", 0, 0, 64),
+                mode=mode,
+                segment=r.integer("segment", DEFAULT_SEGMENT if mode == "segment" else 0, 0, 10**9),
+            ))
+        except RuleError as exc:
+            raise ClusterFileError(f"{top.source}: {where}: {exc}") from None
+    return tuple(rules)
 
 
 def _read_limits(top: Fields) -> ClientLimits:

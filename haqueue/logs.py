@@ -11,7 +11,6 @@ index without parsing the message.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -35,6 +34,8 @@ class JsonLines(logging.Formatter):
                 entry.setdefault(key, value)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
+        import json  # here, not at start: most nodes log text, and json costs 2 ms to import
+
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 

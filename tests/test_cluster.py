@@ -198,3 +198,55 @@ def test_id_port_errors_name_the_key():
     assert parse_cluster(shared_host).nodes[1].address == "192.0.2.11"
     message = error_for(shared_host.replace('secret = "change-me"\n', 'secret = "change-me"\nid_port = 1200\n'))
     assert "nodes[1].id_port" in message and "already used by n1" in message
+
+
+ORDER_RULE = """
+[[id_rules]]
+name = "order_id"
+format = "O{yy:02}{month:02}{day:02}{counter:06}"
+max_counter = 999999
+reset_seconds = 86400
+timezone = "+08:00"
+mode = "segment"
+"""
+
+
+def test_id_rules_are_read_with_their_defaults():
+    from haqueue.core.idrules import IdRule
+
+    assert parse_cluster(BASE).id_rules == ()
+    (rule,) = parse_cluster(BASE + ORDER_RULE).id_rules
+    assert rule == IdRule("order_id", "O{yy:02}{month:02}{day:02}{counter:06}", min_counter=0,
+                          max_counter=999999, reset_seconds=86400, utc_offset=8 * 3600, mode="segment",
+                          segment=1000)
+    (plain,) = parse_cluster(BASE + '[[id_rules]]\nname = "n"\nformat = "{counter:019}"\n').id_rules
+    assert (plain.mode, plain.segment, plain.reset_seconds, plain.utc_offset) == ("exact", 0, 0, 0)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("{counter:06}", "{counter:05}", "id_rules[0]: id rule 'order_id': format "),
+    ("{day:02}{counter", "{counter", "render the same for two cycles"),
+    ('"+08:00"', '"Asia/Shanghai"', "id_rules[0].timezone: timezone 'Asia/Shanghai'"),
+    ('mode = "segment"', 'mode = "fast"', "id_rules[0].mode: 'fast' is not one of exact, segment"),
+    ('mode = "segment"', 'mode = "segment"\nsegment = 0', "segment 0 is out of range"),
+    ('mode = "segment"', 'mode = "segment"\nlua_file = "x.lua"', "id_rules[0].lua_file: unknown key"),
+    ("max_counter = 999999", "max_counter = -1", "id_rules[0].max_counter: -1 is out of range"),
+])
+def test_an_id_rule_that_could_repeat_ids_is_refused_in_one_line(old, new, expected):
+    message = error_for(BASE + ORDER_RULE.replace(old, new))
+    assert message.startswith("c.toml: ") and expected in message, message
+
+
+def test_an_id_rule_defined_twice_is_refused():
+    assert "id_rules[1].name: duplicate rule 'order_id' (also id_rules[0])" in error_for(BASE + ORDER_RULE * 2)
+def test_gearman_port_is_off_by_default_and_read_from_cluster_and_node():
+    c = parse_cluster(BASE)
+    assert c.gearman_port == 0 and [n.gearman_port for n in c.nodes] == [0, 0]
+    c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 4730\n')
+                      .replace('priority = 140\n', 'priority = 140\ngearman_port = 4731\n'))
+    assert c.gearman_port == 4730 and [n.gearman_port for n in c.nodes] == [4730, 4731]
+
+
+def test_a_gearman_port_may_not_be_another_tcp_port_of_the_node():
+    message = error_for(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\ngearman_port = 11300\n'))
+    assert "nodes[0].gearman_port" in message and "already used by n1 client_port" in message

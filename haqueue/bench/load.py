@@ -182,12 +182,7 @@ def merge(spec: LoadSpec, shares: list[ShareResult]) -> RunResult:
     result = RunResult(workload=spec.workload, address=spec.address)
     t0 = min(s.t0 for s in shares)
     for s in shares:
-        result.measured_puts += s.measured_puts
-        result.measured_cycles += s.measured_cycles
-        result.put_latency.extend(s.put_latency)
-        result.e2e_latency.extend(s.e2e_latency)
-        for k, v in s.totals.items():
-            result.totals[k] = result.totals.get(k, 0) + v
+        result.add_measured(s)
     if result.measured_puts:
         result.put_seconds = (max(s.last_put for s in shares) - t0) / 1e9
     if result.measured_cycles:

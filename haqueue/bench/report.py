@@ -14,7 +14,7 @@ import math
 from fractions import Fraction
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 PERCENTILES = (50, 90, 99, 99.9)
 _COLUMNS = ("p50", "p90", "p99", "p99.9", "max")  # latency columns, in milliseconds
@@ -63,6 +63,16 @@ class Latencies:
         return out
 
 
+class Measured(Protocol):
+    """What a part of a run measured: one process's share (load.ShareResult) or a whole run."""
+
+    measured_puts: int
+    measured_cycles: int
+    put_latency: Latencies
+    e2e_latency: Latencies
+    totals: dict[str, int]
+
+
 @dataclass
 class RunResult:
     """One workload against one server, merged over every connection and process."""
@@ -91,6 +101,16 @@ class RunResult:
     def jobs_per_s(self) -> float:
         """The headline figure: puts/s for `put`, completed cycles/s for `cycle`."""
         return self.cycles_per_s if self.workload == "cycle" else self.puts_per_s
+
+    def add_measured(self, part: Measured) -> None:
+        """Add a part's counts, latency samples and totals. Its seconds are the caller's to
+        combine: a run's shares overlap in time, pooled runs follow one another."""
+        self.measured_puts += part.measured_puts
+        self.measured_cycles += part.measured_cycles
+        self.put_latency.extend(part.put_latency)
+        self.e2e_latency.extend(part.e2e_latency)
+        for k, v in part.totals.items():
+            self.totals[k] = self.totals.get(k, 0) + v
 
     def latency_summaries(self) -> dict[str, dict[str, float] | None]:
         out = {"put": self.put_latency.summary()}
@@ -123,14 +143,9 @@ def pool(results: list[RunResult]) -> RunResult:
     first = results[0]
     out = RunResult(workload=first.workload, address=first.address, server=first.server)
     for r in results:
-        out.measured_puts += r.measured_puts
-        out.measured_cycles += r.measured_cycles
+        out.add_measured(r)
         out.put_seconds += r.put_seconds
         out.cycle_seconds += r.cycle_seconds
-        out.put_latency.extend(r.put_latency)
-        out.e2e_latency.extend(r.e2e_latency)
-        for k, v in r.totals.items():
-            out.totals[k] = out.totals.get(k, 0) + v
         out.runs.extend(r.runs or [r.jobs_per_s])
     if len({r.address for r in results}) > 1:
         out.address = "(fresh each run)"
@@ -266,12 +281,14 @@ def format_startup(results: list, starts: int, durable: bool) -> str:
     header = ["server", "from exec to", "starts", "min ms", "p50 ms", "p90 ms", "max ms"]
     rows = []
     for r in results:
-        for which, label in (("listening", "listening"), ("answered", "put answered")):
+        for which, label in (("listening", "listening"), ("answered", "put answered"),
+                             ("cpu", "reply (cpu)")):
             s = r.summary(which)
             rows.append([r.server, label, str(s["count"]), f"{s['min']:.1f}", f"{s['p50']:.1f}",
                          f"{s['p90']:.1f}", f"{s['max']:.1f}"])
     mode = "durable (-b DIR)" if durable else "in memory"
-    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms\n"
+    return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms;\n"
+            "reply (cpu): the CPU time the server used until its reply\n"
             + _table(header, rows))
 
 

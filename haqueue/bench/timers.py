@@ -174,22 +174,16 @@ class _Lane:
     async def delay(self) -> None:
         sent = self.producer.send(b"put 0 1 60 1\r\nd")
         await self.producer.reply(b"INSERTED", "put with delay 1")
-        line, arrived = await self.worker.call(b"reserve", b"RESERVED")
-        self.record("delay", sent, arrived, 1.0)
-        await self.worker.call(b"delete " + line.split()[1], b"DELETED")
+        await self._take_when_ready("delay", sent)
 
     async def deadline_soon(self) -> None:
-        await self.producer.call(b"put 0 0 2 1\r\ns", b"INSERTED")
-        sent = self.worker.send(b"reserve")
-        line, _ = await self.worker.reply(b"RESERVED", "reserve (ttr 2)")
+        job, sent = await self._reserve_new_job(ttr=2, body=b"s")
         _, soon = await self.worker.call(b"reserve", b"DEADLINE_SOON")
         self.record("deadline-soon", sent, soon, 1.0)
-        await self.worker.call(b"delete " + line.split()[1], b"DELETED")
+        await self.worker.call(b"delete " + job, b"DELETED")
 
     async def time_to_run(self) -> None:
-        await self.producer.call(b"put 0 0 1 1\r\nt", b"INSERTED")
-        sent = self.worker.send(b"reserve")
-        line, _ = await self.worker.reply(b"RESERVED", "reserve (ttr 1)")
+        job, sent = await self._reserve_new_job(ttr=1, body=b"t")
         stop = asyncio.Event()
         nudge = asyncio.ensure_future(self._nudge_worker(sent + 1.0 + NUDGE_AFTER, stop))
         try:
@@ -198,9 +192,23 @@ class _Lane:
             stop.set()
             await nudge  # after its last reply: none may be left for the next command
         self.record("time-to-run", sent, expired, 1.0)
-        if taken.split()[1] != line.split()[1]:
-            raise BenchError(f"time-to-run: expected job {line.split()[1]!r} back, got {taken!r}")
-        await self.other.call(b"delete " + taken.split()[1], b"DELETED")
+        if taken.split()[1] != job:
+            raise BenchError(f"time-to-run: expected job {job!r} back, got {taken!r}")
+        await self.other.call(b"delete " + job, b"DELETED")
+
+    async def _reserve_new_job(self, ttr: int, body: bytes) -> tuple[bytes, float]:
+        """Put a job with time-to-run `ttr` and reserve it on the worker: its id, and when
+        the reserve was sent (the reservation's timer starts then)."""
+        await self.producer.call(b"put 0 0 %d 1\r\n" % ttr + body, b"INSERTED")
+        sent = self.worker.send(b"reserve")
+        line, _ = await self.worker.reply(b"RESERVED", f"reserve (ttr {ttr})")
+        return line.split()[1], sent
+
+    async def _take_when_ready(self, kind: str, sent: float) -> None:
+        """The worker waits for the job whose 1 s timer started at `sent`; its arrival is the figure."""
+        line, arrived = await self.worker.call(b"reserve", b"RESERVED")
+        self.record(kind, sent, arrived, 1.0)
+        await self.worker.call(b"delete " + line.split()[1], b"DELETED")
 
     async def _nudge_worker(self, start: float, stop: asyncio.Event) -> None:
         """beanstalkd 1.12 sometimes never expires the reservation of a connection that stays
@@ -216,9 +224,7 @@ class _Lane:
         await self.producer.call(b"put 0 0 60 1\r\np", b"INSERTED")
         sent = self.producer.send(b"pause-tube " + self.tube + b" 1")
         await self.producer.reply(b"PAUSED", "pause-tube 1")
-        line, arrived = await self.worker.call(b"reserve", b"RESERVED")
-        self.record("pause-tube", sent, arrived, 1.0)
-        await self.worker.call(b"delete " + line.split()[1], b"DELETED")
+        await self._take_when_ready("pause-tube", sent)
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

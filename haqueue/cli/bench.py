@@ -31,6 +31,11 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command()
+@click.argument("what", required=False, type=click.Choice(["ids"]))
+@click.option("--id-mode", type=click.Choice(["segment", "exact", "both"]), default="both", show_default=True,
+              help="bench ids: which mode(s) to run.")
+@click.option("--clients", type=click.IntRange(min=1), default=None,
+              help="bench ids: closed-loop UDP clients [default: 4 in segment mode, 64 in exact mode].")
 @click.option("--address", default="127.0.0.1:11300", show_default=True, metavar="HOST:PORT",
               help="Any beanstalkd-protocol server.")
 @click.option("--workload", type=click.Choice(["put", "cycle", "openloop"]), default="put",
@@ -85,7 +90,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
                    "reserve-with-timeout); report how late they fire.")
 @click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start-up benchmark: exec the started server(s) N times; report the time "
-                   "to listening and to the first put answered.")
+                   "to listening and to the first put answered, and the server's CPU time until then.")
 @click.option("--flood", is_flag=True,
               help="Hostile-client benchmark: a synchronous client's put latency idle and while "
                    "another connection floods stats (--server/--compare, or --cluster: its leader; "
@@ -96,7 +101,17 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
+@click.option("--gearman", "gearman_workload", type=click.Choice(["submit", "cycle"]), default=None,
+              help="Gearman benchmark: start gearmand (in memory) and a durable haqueue cluster "
+                   "(--gearman-nodes) and run this workload on each with synchronous clients: "
+                   "submit: background submits (--connections); cycle: submit -> grab -> complete "
+                   "(--producers, --consumers as workers, --backlog).")
+@click.option("--gearman-nodes", type=click.IntRange(1, 5), default=3, show_default=True,
+              help="--gearman: nodes of the haqueue cluster started.")
 def bench(
+    what: str | None,
+    id_mode: str,
+    clients: int | None,
     address: str,
     workload: str,
     rate: float,
@@ -125,11 +140,36 @@ def bench(
     flood: bool,
     server_cpus: str | None,
     cluster: str | None,
+    gearman_workload: str | None,
+    gearman_nodes: int,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
     Every reply is checked; the first unexpected one ends the run with an error.
+
+    `haqueue bench ids` starts a three-node durable cluster with the id
+    service and measures ids/s and latency with closed-loop UDP clients
+    (--id-mode, --clients, --duration, --warmup).
     """
+    if what == "ids":
+        from haqueue.bench.ids import bench_ids
+
+        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
+                                  ("--memory", memory_jobs), ("--scrape", scrape_tubes),
+                                  ("--timers", timer_count), ("--startup", startup_count), ("--flood", flood))
+                  if on]
+        if others:
+            raise click.ClickException(f"bench ids starts its own cluster: it excludes {' and '.join(others)}")
+        modes = ["segment", "exact"] if id_mode == "both" else [id_mode]
+        try:
+            progress, started = Progress(), time.monotonic()
+            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench ids: {elapsed(started)} elapsed"):
+                runs = bench_ids(modes, clients, None, warmup, duration or 5.0)
+        except BenchError as exc:
+            raise click.ClickException(str(exc)) from None
+        for run in runs:
+            click.echo(run.describe())
+        return
     if server_cpus is not None:
         from haqueue.bench.servers import pin_servers
 
@@ -141,6 +181,12 @@ def bench(
             pin_servers(cpus or {-1})
         except BenchError as exc:
             raise click.ClickException(str(exc)) from None
+    if gearman_workload is not None:
+        _bench_gearman(gearman_workload, gearman_nodes, connections, producers, consumers, body_size,
+                       duration or 5.0, warmup, backlog, timeout, repeat, json_path,
+                       others=[n for n, on in (("--server", server), ("--compare", compare),
+                                               ("--cluster", cluster), ("--memory", memory_jobs)) if on])
+        return
     if scrape_tubes is not None:
         from haqueue.bench.scrape import bench_scrape
 
@@ -336,6 +382,26 @@ def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, s
             f.write(to_json(settings, runs, memory))
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _bench_gearman(workload: str, nodes: int, connections: int, producers: int, consumers: int,
+                   body_size: int, duration: float, warmup: float, backlog: int | None, timeout: float,
+                   repeat: int, json_path: str | None, others: list[str]) -> None:
+    from haqueue.bench.gearman import bench_gearman, format_gearman
+
+    if others:
+        raise click.ClickException(f"--gearman starts its own servers: it excludes {' and '.join(others)}")
+    try:
+        progress, started = Progress(), time.monotonic()
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --gearman: {elapsed(started)} elapsed"):
+            results = bench_gearman(workload, nodes, connections if workload == "submit" else producers,
+                                    consumers, body_size, duration, warmup, backlog or 256, timeout, repeat)
+        click.echo(format_gearman(results))
+        if json_path is not None:
+            _write_doc_json(json_path, {"settings": {"gearman": workload, "nodes": nodes, "duration": duration},
+                                        "gearman": [r.to_json() for r in results]})
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @contextlib.contextmanager

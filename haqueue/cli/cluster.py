@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from haqueue import admin_client
+from haqueue.cli.options import config_option
 from haqueue.cli.user_errors import load_cluster_file
 
 COLUMNS = ("node", "reachable", "role", "term", "commit", "applied", "lag", "client_port", "leader")
@@ -43,8 +44,7 @@ def cluster() -> None:
 
 
 @cluster.command("status")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster file.")
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--digest", is_flag=True, help="Include each node's state digest.")
 def status(config_path, as_json, digest) -> None:

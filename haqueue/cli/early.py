@@ -2,12 +2,13 @@
 
 Client libraries' test harnesses start "beanstalkd" and connect after a fixed 0.1 s;
 beanstalkd listens within a few ms. Importing click, asyncio and the server, and opening
-the journal, take longer than that, so `haqueue serve` (and
-`haqueue-beanstalkd`) bind and listen on the client address first, with nothing but the
-socket module loaded. The kernel completes connections into the listen backlog; the
-server accepts them once it serves (a lone node leads at once: replication/lone.py) and
-has applied its first entry, so a `put` sent early
-simply waits for its reply and is never answered before it is committed
+the journal, take longer than that, so `haqueue serve` (and `haqueue-beanstalkd`) bind
+and listen on the client address first, with nothing but the C modules behind socket
+and signal loaded (`_socket`, `_signal`: their Python wrappers and ipaddress cost a few
+ms, which may be what a harness on a busy machine lacks). The kernel completes
+connections into the listen backlog; the server accepts them once it serves (a lone
+node leads at once: replication/lone.py) and has applied its first entry, so a `put`
+sent early simply waits for its reply and is never answered before it is committed
 (docs/design.md I1).
 
 Only the plain case is taken early: a lone node (no --config), TCP on a literal IP
@@ -17,53 +18,67 @@ usual way, which reports its own errors). --admin goes the usual way too: there,
 listening client port has always meant the admin endpoint is up, and monitoring relies
 on it; harnesses do not pass it. A bind that fails here is left to the usual
 path too, which says why in one line.
+
+A command line taken early is not read by click at all: `plain_options` has read every
+option in it, with click's defaults and bounds (a value click would refuse is not plain),
+and haqueue/cli/node_start.py starts the node from them. That saves importing click
+(about 30 ms, a fifth of the way to the first reply).
 """
 
 from __future__ import annotations
 
-import ipaddress
+import _signal
+import _socket
 import os
-import signal
-import socket
+import stat
 
-# serve's options that take a value, and those that do not (haqueue/cli/serve.py).
+# serve's options that take a value (name -> its key in plain_options' result); its flags
+# are -F/--no-fsync, -c, -n and -V/--verbose (haqueue/cli/serve.py declares them all).
 _VALUED = {"-l": "listen", "--listen": "listen", "-p": "port", "--port": "port",
-           "-b": None, "--data-dir": None, "-f": None, "--fsync-ms": None, "-z": None,
-           "--max-job-size": None, "-s": None, "--journal-size": None}
-_FLAGS = {"-F", "--no-fsync", "-c", "-n", "-V", "--verbose"}
+           "-b": "data_dir", "--data-dir": "data_dir", "-f": "fsync_ms", "--fsync-ms": "fsync_ms",
+           "-z": "max_job_size", "--max-job-size": "max_job_size",
+           "-s": "journal_size", "--journal-size": "journal_size"}
+DEFAULT_FSYNC_MS = 50  # beanstalkd's default -f (haqueue/replication/fsync_policy.py)
+DEFAULT_MAX_JOB_SIZE = 65535
+DEFAULT_JOURNAL_SIZE = 10485760
+# click's IntRange for each number: (smallest, largest or None).
+_BOUNDS = {"port": (1, 65535),  # 0 (any port) goes the usual way: there is nothing to listen on early
+           "fsync_ms": (0, None), "max_job_size": (0, 2**32 - 1), "journal_size": (4096, None)}
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 11300
 BACKLOG = 1024
 
-_early: socket.socket | None = None
+_early: _socket.socket | None = None
 _early_address: tuple[str, int] | None = None
 _pending: list[int] = []
-REMEMBERED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+REMEMBERED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1)
 
 
-def listen_early(args: list[str]) -> None:
-    """If `args` (serve's arguments) name a plain TCP address, listen on it now."""
+def listen_early(args: list[str]) -> dict | None:
+    """If `args` (serve's arguments) are plain (plain_options), listen on their TCP
+    address now; then return them, for the node to start from without click."""
     global _early, _early_address
     if os.environ.get("LISTEN_FDS"):
-        return  # systemd hands over its own socket
-    address = _address(args)
-    if address is None:
-        return
-    host, port = address
-    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+        return None  # systemd hands over its own socket
+    values = plain_options(args)
+    if values is None:
+        return None
+    host, port = values["listen"], values["port"]
+    family = _family(host)
+    sock = _socket.socket(family, _socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        if family == _socket.AF_INET6:
+            sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError:
         sock.close()  # the usual path binds again and reports the problem
-        return
+        return None
     _early, _early_address = sock, (host, port)
     for signum in REMEMBERED_SIGNALS:
-        signal.signal(signum, _remember)
+        _signal.signal(signum, _remember)
+    return values
 
 
 def _remember(signum: int, frame) -> None:
@@ -77,44 +92,90 @@ def pending_signals() -> list[int]:
     return taken
 
 
-def take(host: str, port: int) -> socket.socket | None:
-    """The socket listened on early for host:port, if any (once)."""
+def take(host: str, port: int):
+    """The socket listened on early for host:port, if any (once), as a socket.socket."""
     global _early, _early_address
     if _early is None or _early_address != (host, port):
         return None
-    sock, _early, _early_address = _early, None, None
-    return sock
+    import socket
+
+    raw, _early, _early_address = _early, None, None
+    return socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
 
 
-def _address(args: list[str]) -> tuple[str, int] | None:
-    """(host, port) from serve's arguments, or None unless they are all plainly readable."""
-    values = {"listen": DEFAULT_HOST, "port": str(DEFAULT_PORT)}
+def plain_options(args: list[str]) -> dict | None:
+    """serve's options from `args`, or None unless every one of them is plainly readable.
+
+    Keys: listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size,
+    compact, verbose (click's names for serve's parameters). Read as click reads them:
+    a value is the rest of its argument (-p11300, --port=11300) or the next argument,
+    whatever it looks like; the last of a repeated option wins; -c and -n set one switch.
+    """
+    values = {"listen": DEFAULT_HOST, "port": str(DEFAULT_PORT), "data_dir": None,
+              "fsync_ms": str(DEFAULT_FSYNC_MS), "no_fsync": False,
+              "max_job_size": str(DEFAULT_MAX_JOB_SIZE), "journal_size": str(DEFAULT_JOURNAL_SIZE),
+              "compact": True, "verbose": 0}
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in _FLAGS or (arg.startswith("-V") and set(arg[1:]) == {"V"}):
-            i += 1
-            continue
-        name, value = arg, None
-        if arg.startswith("--") and "=" in arg:
-            name, value = arg.split("=", 1)
-        elif not arg.startswith("--") and len(arg) > 2 and arg[:2] in _VALUED:
-            name, value = arg[:2], arg[2:]  # -p11300, -f0
-        if name not in _VALUED:
-            return None  # -h, -v, --config, -u, a typo...: the usual path
-        if value is None:
-            if i + 1 >= len(args):
-                return None
-            value = args[i + 1]
-            i += 1
-        if _VALUED[name] is not None:
+        if arg in ("-F", "--no-fsync"):
+            values["no_fsync"] = True
+        elif arg in ("-c", "-n"):
+            values["compact"] = arg == "-c"
+        elif arg == "--verbose" or (arg.startswith("-V") and set(arg[1:]) == {"V"}):
+            values["verbose"] += len(arg) - 1 if arg.startswith("-V") else 1
+        else:
+            name, value = arg, None
+            if arg.startswith("--") and "=" in arg:
+                name, value = arg.split("=", 1)
+            elif not arg.startswith("--") and len(arg) > 2 and arg[:2] in _VALUED:
+                name, value = arg[:2], arg[2:]  # -p11300, -f0
+            if name not in _VALUED:
+                return None  # -h, -v, --config, -u, -Fn, a typo...: the usual path
+            if value is None:
+                if i + 1 >= len(args):
+                    return None
+                value = args[i + 1]
+                i += 1
             values[_VALUED[name]] = value
         i += 1
-    host, port = values["listen"], values["port"]
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        return None  # 0 (any port) and bad values: the usual path
+    for key, (low, high) in _BOUNDS.items():
+        text = values[key]
+        if not (text.isascii() and text.isdigit()):
+            return None  # click reads " 1", "+1" and "1_0" too: left to it
+        number = int(text)
+        if number < low or (high is not None and number > high):
+            return None  # click says which bound
+        values[key] = number
+    if _family(values["listen"]) is None:
+        return None  # a name (may resolve to several addresses), unix:/path, fe80::1%eth0
+    if values["data_dir"] is not None and not _a_directory_click_accepts(values["data_dir"]):
+        return None  # click names the problem
+    return values
+
+
+def _family(host: str) -> int | None:
+    """AF_INET or AF_INET6 for a literal IP address (as bind reads it), else None."""
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        try:
+            _socket.inet_pton(family, host)
+            return family
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def _a_directory_click_accepts(path: str) -> bool:
+    """What click.Path(file_okay=False) lets through: nothing there yet, or something
+    readable that is not a regular file."""
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return None  # a name (may resolve to several addresses) or unix:/path
-    return host, int(port)
+        st = os.stat(path)
+    except OSError:
+        return True
+    return not stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK)
+
+
+def _address(args: list[str]) -> tuple[str, int] | None:
+    """(host, port) to listen on early for serve's arguments, or None."""
+    values = plain_options(args)
+    return None if values is None else (values["listen"], values["port"])

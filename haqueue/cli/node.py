@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from haqueue import admin_client
+from haqueue.cli.options import config_option
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 
@@ -14,8 +15,7 @@ def node() -> None:
 
 
 @node.command("is-leader")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster file.")
+@config_option
 @click.option("--node", "node_id", required=True, help="Node id in the cluster file.")
 @click.option("--timeout", type=float, default=0.5, show_default=True, help="Seconds to wait.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit status says it.")

@@ -1,24 +1,31 @@
-"""Options and helpers every `haqueue ops` command shares, spelled once.
+"""Options and helpers the commands share, spelled once.
 
-Both halves of the `ops` group use them: the renderers (cli/ops.py:
-gen-keepalived, gen-lvs, gen-systemd, gen-prometheus) and the host side
-(cli/ops_host.py: gen-sysctl, gen-bonding, check). `--config FILE` is read and
-validated before anything is written; `-o DIR|-` chooses where files go;
-`made_by` records in each file's header the command that renders it; every
-problem ends as one line (HaqueueError), never a traceback.
+`--config FILE` (the cluster file) is every command's that reads one: both
+halves of the `ops` group, the renderers (cli/ops.py: gen-keepalived, gen-lvs,
+gen-systemd, gen-prometheus) and the host side (cli/ops_host.py: gen-sysctl,
+gen-bonding, check), and `cluster status`, `top` and `node is-leader`. The
+file is read and validated before anything is written; `-o DIR|-` chooses
+where files go; `made_by` records in each file's header the command that
+renders it; every problem ends as one line (HaqueueError), never a traceback.
+
+keepalived runs `haqueue node is-leader` every second, and it loads this
+module: the renderers' own module (ops/render.py, which pulls in tempfile and
+random) is imported only by the helpers that write files.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
 from click.core import ParameterSource
 
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
-from haqueue.cluster import Cluster
-from haqueue.ops import render
+
+if TYPE_CHECKING:
+    from haqueue.cluster import Cluster
+    from haqueue.ops.render import RenderedFile
 
 
 def config_option(f: Callable) -> Callable:
@@ -58,6 +65,8 @@ def made_by(ctx: click.Context, skip: tuple[str, ...] = ("output",)) -> str:
     argv order), and never the output location: the same content always
     carries the same header, whether it was printed or written.
     """
+    from haqueue.ops import render
+
     words = ["haqueue", "ops", ctx.info_name or ctx.command.name or "?"]
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.name in skip:
@@ -76,8 +85,10 @@ def made_by(ctx: click.Context, skip: tuple[str, ...] = ("output",)) -> str:
     return render.command_text(words)
 
 
-def emit(files: list[render.RenderedFile], output: str) -> None:
+def emit(files: list[RenderedFile], output: str) -> None:
     """Write or print the rendered files; say what was written on stderr."""
+    from haqueue.ops import render
+
     try:
         written = render.write_files(files, output)
     except OSError as exc:

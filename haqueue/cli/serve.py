@@ -24,86 +24,29 @@ activation (LISTEN_FDS/LISTEN_PID) is used instead of -l/-p (single node only).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import pwd
-import socket
 import ssl
 
 import click
 
 from haqueue import __version__
+from haqueue.cli import early
+from haqueue.cli.node_start import StartError
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
-
-SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
-
-
-def _systemd_socket() -> socket.socket | None:
-    if os.environ.get("LISTEN_PID") != str(os.getpid()):
-        return None
-    try:
-        count = int(os.environ.get("LISTEN_FDS", "0"))
-    except ValueError:
-        raise HaqueueError("LISTEN_FDS is not a number") from None
-    if count < 1:
-        return None
-    if count > 1:
-        raise HaqueueError(f"systemd passed {count} sockets; haqueue uses exactly one")
-    for key in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
-        os.environ.pop(key, None)
-    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
-    if sock.type != socket.SOCK_STREAM:
-        raise HaqueueError("the socket passed by systemd is not a stream socket")
-    return sock
-
-
-def _check_bindable(host: str, port: int) -> None:
-    """Fail now, with one line, if the client address cannot be bound."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise HaqueueError(f"cannot resolve listen address {host!r}: {exc.strerror}") from None
-    family, kind, proto, _, addr = infos[0]
-    probe = socket.socket(family, kind, proto)
-    try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(addr)
-    except OSError as exc:
-        raise HaqueueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    finally:
-        probe.close()
-
-
-def _drop_privileges(user: str) -> None:
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        raise HaqueueError(f"-u: no such user {user!r}") from None
-    if os.geteuid() != 0:
-        raise HaqueueError("-u: only root can switch user")
-    # Codecs load lazily, from the interpreter's directory, which the new
-    # user may not be able to read (a Python installed under /root): load
-    # the ones the server uses (pysyncobj decodes with latin1) while we can.
-    import encodings.idna  # noqa: F401
-    import encodings.latin_1  # noqa: F401
-    os.setgroups([])
-    os.setgid(entry.pw_gid)
-    os.setuid(entry.pw_uid)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-l", "--listen", "listen", default="0.0.0.0", show_default=True,
+@click.option("-l", "--listen", "listen", default=early.DEFAULT_HOST, show_default=True,
               help="Client address, or unix:/path for a Unix socket.")
-@click.option("-p", "--port", type=click.IntRange(0, 65535), default=11300, show_default=True,
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=early.DEFAULT_PORT, show_default=True,
               help="Client port.")
 @click.option("-b", "--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the journal and snapshots here (without it: memory only).")
-@click.option("-f", "--fsync-ms", type=click.IntRange(0, None), default=50, show_default=True,
+@click.option("-f", "--fsync-ms", type=click.IntRange(0, None), default=early.DEFAULT_FSYNC_MS, show_default=True,
               help="fsync at most every MS ms; 0 = before every acknowledgement.")
 @click.option("-F", "--no-fsync", is_flag=True, help="Never fsync.")
-@click.option("-z", "--max-job-size", type=click.IntRange(0, 2**32 - 1), default=65535,
+@click.option("-z", "--max-job-size", type=click.IntRange(0, 2**32 - 1), default=early.DEFAULT_MAX_JOB_SIZE,
               show_default=True, help="Largest job body in bytes.")
-@click.option("-s", "--journal-size", type=click.IntRange(4096, None), default=10485760,
+@click.option("-s", "--journal-size", type=click.IntRange(4096, None), default=early.DEFAULT_JOURNAL_SIZE,
               show_default=True, help="Journal size in bytes that triggers a snapshot.")
 @click.option("-c", "compact", flag_value=True, default=True, help="Compact the journal (default).")
 @click.option("-n", "compact", flag_value=False, help="Never compact the journal.")
@@ -135,116 +78,64 @@ def _drop_privileges(user: str) -> None:
 @click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
                    "0: off. [default: 0; the cluster file's id_port]")
+@click.option("--id-rate-limit", type=click.IntRange(0, None), default=None, metavar="N",
+              help="Id service datagrams a second per source address; more are dropped unanswered; "
+                   "0: no limit. [default: 20000; the cluster file's id_rate_limit]")
+@click.option("--gearman-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the Gearman protocol on this TCP port at the -l address (the leader only); "
+                   "0: off. [default: 0; the cluster file's gearman_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port) -> None:
+          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port,
+          id_rate_limit, gearman_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
         return
-    from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
-    from haqueue.server.app import Listen, NodeOptions, QueueServer
-
     from haqueue import logs
+    from haqueue.cli import node_start
+    from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
 
     logs.configure(verbose, json_lines=log_json)
     policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
     if (config_path is None) != (node_id is None):
         raise click.UsageError("--config and --node go together")
-    early_signals = None
-    if config_path is not None:
-        options = _cluster_options(config_path, node_id, data_dir, policy, max_job_size)
-    else:
-        inherited = _systemd_socket()
-        if inherited is not None:
-            where = Listen(sock=inherited)
-        elif listen.startswith("unix:"):
-            path = listen[len("unix:"):]
-            if not path:
-                raise HaqueueError("-l unix: needs a path, e.g. -l unix:/run/haqueue.sock")
-            where = Listen(unix_path=path)
-        else:
-            from haqueue.cli import early
-
-            sock = early.take(listen, port)
-            if sock is not None:
-                where = Listen(host=listen, port=port, sock=sock)
-                early_signals = early.pending_signals
-            else:
-                _check_bindable(listen, port)
-                where = Listen(host=listen, port=port)
-        options = NodeOptions(
-            listen=where,
-            raft_address="127.0.0.1:0",  # a one-node cluster talks to nobody
-            data_dir=data_dir,
-            policy=policy,
-            max_job_size=max_job_size,
-            early_signals=early_signals,
-        )
-    _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
-                          max_memory, output_timeout, tls_cert, tls_key)
-    if id_port is not None:
-        if options.listen.unix_path:
-            raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
-        options.id_port = id_port
-        if config_path is not None:
-            # The flag is this node's port; the other members are taken to use
-            # the same one when a follower names the leader.
-            spec, _ = load_cluster_file(config_path, node_id)
-            options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
-    if admin is not None:
-        host, sep, admin_port = admin.rpartition(":")
-        if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
-            raise HaqueueError(f"--admin {admin!r}: expected HOST:PORT")
-        options.admin = (host or "127.0.0.1", int(admin_port))
-    options.journal_limit = journal_size if compact else None
-    options.compaction_entries = 20000 if compact else 2**62
-    from haqueue.replication.replica import preload
-
-    preload(bool(options.raft_partners))
-    startup_errors = _startup_errors()
-    if user is not None:
-        _drop_privileges(user)
-    if data_dir is not None:
-        try:
-            os.makedirs(data_dir, exist_ok=True)
-        except OSError as exc:
-            raise HaqueueError(f"-b {data_dir}: {exc.strerror}") from None
-        if not os.access(data_dir, os.W_OK):
-            raise HaqueueError(f"-b {data_dir}: not writable")
-    server = QueueServer(options)
     try:
-        code = run_event_loop(server.run())
-    except startup_errors as exc:
+        if config_path is not None:
+            options = _cluster_options(config_path, node_id, data_dir, policy, max_job_size)
+        else:
+            options = node_start.lone_options(listen, port, data_dir, policy, max_job_size)
+        _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
+                              max_memory, output_timeout, tls_cert, tls_key)
+        if id_port is not None:
+            if options.listen.unix_path:
+                raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
+            options.id_port = id_port
+            if config_path is not None:
+                # The flag is this node's port; the other members are taken to use
+                # the same one when a follower names the leader.
+                spec, _ = load_cluster_file(config_path, node_id)
+                options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
+        if id_rate_limit is not None:
+            options.id_rate_limit = id_rate_limit
+        if gearman_port is not None:
+            if options.listen.unix_path or options.listen.sock is not None:
+                raise HaqueueError("--gearman-port needs -l HOST (the Gearman port's address), "
+                                   "not a Unix or inherited socket")
+            if gearman_port and gearman_port == options.listen.port:
+                raise HaqueueError(f"--gearman-port {gearman_port} is the beanstalkd port (-p)")
+            options.gearman_port = gearman_port
+        if admin is not None:
+            host, sep, admin_port = admin.rpartition(":")
+            if not sep or not admin_port.isdigit() or not 0 < int(admin_port) < 65536:
+                raise HaqueueError(f"--admin {admin!r}: expected HOST:PORT")
+            options.admin = (host or "127.0.0.1", int(admin_port))
+        node_start.set_compaction(options, journal_size, compact)
+        code = node_start.run_node(options, user=user)
+    except StartError as exc:
         raise HaqueueError(str(exc)) from None
-
-    if server.fatal:
-        raise HaqueueError(server.fatal)
     if code:
         raise click.exceptions.Exit(code)
-
-
-def run_event_loop(main):
-    """Run the node's event loop: uvloop's when it is installed (a dependency).
-
-    uvloop's C loop wakes and dispatches faster than asyncio's own, and every
-    command crosses it twice (measured, same machine, alternating runs: one
-    node in memory, cycle 4+4 4.9-6.1k -> 7.7k cycles/s, put 111k -> 122k; a
-    3-node cluster, cycle 1.46-1.52k -> 1.79-1.80k). Without it (a platform
-    with no wheel), asyncio's loop runs the same code.
-    """
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
-def _startup_errors():
-    from haqueue.replication.replica import startup_errors
-
-    # A journal or snapshot this node cannot trust: one line, exit non-zero.
-    return startup_errors()
 
 
 def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
@@ -304,4 +195,8 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
         admin_token=cluster.admin_token,
         id_port=me.id_port,
         id_endpoints={n.raft_endpoint: f"{n.address}:{n.id_port}" for n in cluster.nodes if n.id_port},
+        id_rules=cluster.id_rules,
+        id_rate_limit=cluster.id_rate_limit,
+        config_path=str(config_path),
+        gearman_port=me.gearman_port,
     )

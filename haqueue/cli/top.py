@@ -26,6 +26,7 @@ import click
 
 from haqueue import admin_client
 from haqueue.cli.cluster import align
+from haqueue.cli.options import config_option
 from haqueue.cli.user_errors import load_cluster_file
 
 ALT_SCREEN_ON, ALT_SCREEN_OFF = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l"
@@ -128,8 +129,7 @@ def _quit_pressed(fd: int | None, timeout: float) -> bool:
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster file.")
+@config_option
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               metavar="SECONDS", help="Time between refreshes.")
 @click.option("--once", is_flag=True, help="Print one frame and exit (also when not on a terminal).")

@@ -23,8 +23,10 @@ from __future__ import annotations
 import io
 import pickle
 
-LOG_FORMAT_VERSION = 2
-FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14}  # the opcodes each version added start here
+LOG_FORMAT_VERSION = 3
+# The opcodes each version added start here. Version 3 is shared by two
+# features built in parallel: the id service owns 15-19, Gearman 20-39.
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15}
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -43,6 +45,17 @@ RELEASE_ORPHANS = 12  # (RELEASE_ORPHANS, (conn, ...), epoch): a new leader keep
 FORGET_TUBE = 13  # (FORGET_TUBE, tube): no connection refers to it any more
 # version 2
 ID_RESERVE = 14  # (ID_RESERVE, rule, app, n): the id service hands out n values (core/ids.py)
+# version 3 (15-19: the id service)
+ID_SET_RULES = 15  # (ID_SET_RULES, (rule record, ...)): the id rules in force (core/ids.py)
+# version 3: Gearman (core/gearman.py; conn as for beanstalk connections). RELEASE_ORPHANS
+# also drops every Gearman connection but those it keeps: before any of these
+# opcodes is logged there is no Gearman state, so old and new nodes agree on it.
+GM_SUBMIT = 20  # (GM_SUBMIT, conn, function, unique, data, priority, background, run_at_ms)
+GM_GRAB = 21  # (GM_GRAB, conn, (function, ...))
+GM_WORK_STATUS = 22  # (GM_WORK_STATUS, conn, handle, numerator, denominator)
+GM_FINISH = 23  # (GM_FINISH, conn, handle): WORK_COMPLETE, WORK_FAIL or WORK_EXCEPTION
+GM_DROP_CONN = 24  # (GM_DROP_CONN, conn): a Gearman connection closed
+GM_MAX_QUEUE = 25  # (GM_MAX_QUEUE, function, size): the admin `maxqueue`; 0 lifts the bound
 
 NAMES = {
     TICK: "tick",
@@ -60,6 +73,13 @@ NAMES = {
     RELEASE_ORPHANS: "release-orphans",
     FORGET_TUBE: "forget-tube",
     ID_RESERVE: "id-reserve",
+    ID_SET_RULES: "id-set-rules",
+    GM_SUBMIT: "gearman-submit",
+    GM_GRAB: "gearman-grab",
+    GM_WORK_STATUS: "gearman-work-status",
+    GM_FINISH: "gearman-finish",
+    GM_DROP_CONN: "gearman-drop-conn",
+    GM_MAX_QUEUE: "gearman-max-queue",
 }
 
 
@@ -69,12 +89,17 @@ class LogFormatError(ValueError):
 
 def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
-    version = 1
-    for command in commands:
-        if command[0] >= FIRST_OPCODE_OF_VERSION[2]:
-            version = 2
-            break
+    # Opcodes only grow with versions, so the highest opcode decides.
+    version = entry_version(max((command[0] for command in commands), default=0))
     return pickle.dumps((version, stamp_ms, commands), protocol=5)
+
+
+def entry_version(opcode: int) -> int:
+    """The lowest log format version that knows `opcode`."""
+    for version in range(LOG_FORMAT_VERSION, 1, -1):
+        if opcode >= FIRST_OPCODE_OF_VERSION[version]:
+            return version
+    return 1
 
 
 class _PlainValues(pickle.Unpickler):

@@ -16,7 +16,8 @@ from typing import AbstractSet, NamedTuple
 class Effects(NamedTuple):
     woken: AbstractSet[str]  # tubes in which a job became ready (or a pause ended over ready jobs)
     emptied: AbstractSet[str]  # tubes that lost their last job
-    next_deadline: int | None  # the earliest pending delay, time-to-run or pause end (ms)
+    next_deadline: int | None  # the earliest pending delay, time-to-run, pause end or scheduled Gearman job (ms)
+    gearman_woken: AbstractSet[str] = frozenset()  # Gearman functions in which a job became grabbable
 
 
 class Applied(NamedTuple):

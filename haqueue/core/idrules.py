@@ -17,6 +17,10 @@ rendering injective, which is what keeps ids unique once counters are:
    until the time part repeats: y1 10 years, yy 100) at least one cycle;
 4. 0 <= min_counter < max_counter < 2**63, and an id is at most 64 characters.
 
+A rule also says how its ids are handed out (core/ids.py, server/ids_udp.py):
+`exact`, one committed reservation per id, or `segment`, blocks of `segment`
+values committed ahead and served from the leader's memory.
+
 Time zones are fixed UTC offsets ("+08:00"), not zone names: the cycle an id
 belongs to is computed on every node when an entry is applied, and a zone
 name's rules come from each host's tz database, which may differ between
@@ -30,11 +34,14 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import InitVar, astuple, dataclass
 from typing import NamedTuple
 
 MAX_ID_LENGTH = 64
 MAX_COUNTER = 2**63 - 1
+MODES = ("exact", "segment")
+MAX_SEGMENT = 100_000  # values per block: a failover wastes up to two blocks per key
+DEFAULT_SEGMENT = 1_000
 SAMPLE_CYCLES = 1000
 # A fixed reference for the sampled cycles of check 3 (any instant works: the
 # check is about the template, not about today).
@@ -154,9 +161,24 @@ class IdRule:
     reset_seconds: int = 0  # 0: the counter never starts again
     utc_offset: int = 0  # seconds east of UTC
     salt_max_len: int = 0  # 0: the format has no {salt}
+    mode: str = "exact"  # or "segment"
+    segment: int = 0  # values per block in segment mode; 0 in exact mode
+    # Only for the built-in rules (seed_rules): parse the format, skip the checks.
+    trusted: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", _validated(self))
+    def __post_init__(self, trusted: bool) -> None:
+        # Validation renders 2,000 sampled instants for a rule that resets;
+        # every node validates each ID_SET_RULES entry, and a leader each file
+        # rule, so the same rule is validated once per process. The built-in
+        # rules are not validated at start at all (a test checks them).
+        tokens = parse_template(self.format) if trusted else _validated_cached(self)
+        object.__setattr__(self, "tokens", tokens)
+        # Whether rendering needs the calendar (most of a time-free id's cost).
+        object.__setattr__(self, "timed", any(type(t) is Field and t.name in _TIME_FIELDS for t in tokens))
+
+    def checked(self) -> IdRule:
+        """This rule again, through every check (RuleError if one fails)."""
+        return IdRule(*astuple(self))
 
     # -------------------------------------------------------------- cycles
     def cycle(self, now_ms: int) -> int:
@@ -173,7 +195,7 @@ class IdRule:
     # ----------------------------------------------------------- rendering
     def render(self, counter: int, now_ms: int, salt: str = "") -> str:
         unix = now_ms // 1000
-        moment = civil(unix, self.utc_offset)
+        moment = civil(unix, self.utc_offset) if self.timed else None
         out = []
         for token in self.tokens:
             if type(token) is str:
@@ -185,6 +207,12 @@ class IdRule:
             else:
                 out.append(f"{_TIME_FIELDS[token.name](moment, unix):0{token.width}d}")
         return "".join(out)
+
+    def to_record(self) -> tuple:
+        """Plain values, in field order: IdRule(*record) makes it again (a log
+        entry or a snapshot holds records, never objects)."""
+        return (self.name, self.format, self.min_counter, self.max_counter, self.reset_seconds,
+                self.utc_offset, self.salt_max_len, self.mode, self.segment)
 
     def horizon_years(self) -> int | None:
         """Years until the time part repeats; None: never (a full year or unix time)."""
@@ -207,6 +235,11 @@ def _horizon_years(tokens: tuple[Token, ...]) -> int | None:
     return max(horizons) if horizons else 1
 
 
+@functools.lru_cache(maxsize=256)
+def _validated_cached(rule: IdRule) -> tuple[Token, ...]:
+    return _validated(rule)  # a RuleError is not cached: raised again each time
+
+
 def _validated(rule: IdRule) -> tuple[Token, ...]:
     def fail(problem: str) -> RuleError:
         return RuleError(f"id rule {rule.name!r}: {problem}")
@@ -217,6 +250,12 @@ def _validated(rule: IdRule) -> tuple[Token, ...]:
         raise fail(f"needs 0 <= min_counter < max_counter < 2**63 (got {rule.min_counter}, {rule.max_counter})")
     if rule.reset_seconds < 0:
         raise fail("reset_seconds cannot be negative")
+    if rule.mode not in MODES:
+        raise fail(f"mode {rule.mode!r} is not one of {', '.join(MODES)}")
+    if rule.mode == "segment" and not 1 <= rule.segment <= MAX_SEGMENT:
+        raise fail(f"segment {rule.segment} is out of range 1..{MAX_SEGMENT}")
+    if rule.mode == "exact" and rule.segment:
+        raise fail("segment is for mode = \"segment\" only")
     try:
         tokens = parse_template(rule.format)
     except ValueError as exc:
@@ -271,10 +310,12 @@ def _validated(rule: IdRule) -> tuple[Token, ...]:
 def seed_rules() -> tuple[IdRule, ...]:
     """The built-in rules: the seed's `o2o` example and a plain increasing `counter`.
 
-    Built once: validating a rule that resets renders 2,000 sampled instants (ms
-    each time), and every QueueState starts with these rules."""
+    Built once, and trusted rather than checked: checking a rule that resets renders
+    2,000 sampled instants (7 ms, in the way of a node's first reply, since every
+    QueueState starts with these rules). They are constants, and
+    tests/core/test_ids.py puts each through every check (IdRule.checked)."""
     return (
         IdRule("o2o", "{y1}{month:02}{day:02}{counter:04}", min_counter=0, max_counter=9999,
-               reset_seconds=86400, utc_offset=8 * 3600),
-        IdRule("counter", "{counter:019}"),
+               reset_seconds=86400, utc_offset=8 * 3600, trusted=True),
+        IdRule("counter", "{counter:019}", trusted=True),
     )

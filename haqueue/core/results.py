@@ -10,6 +10,7 @@ is the cheapest thing Python builds. The shapes:
     (KICKED, count)                         kick
     (RESERVED, first, count, step, now_ms)  id-reserve (core/ids.py)
     (EXHAUSTED, cycle_end_ms | None)        id-reserve past the cycle's last value
+    (RULES_REFUSED, problem)                id-set-rules that could repeat ids (core/ids.py)
 
 and the results without values below, one shared tuple each. The server maps
 them to bytes in server/replies.py; the tags are the protocol's words, so a
@@ -39,6 +40,7 @@ class Tag:
     UNKNOWN_RULE = "UNKNOWN_RULE"
     TOO_MANY_APPS = "TOO_MANY_APPS"
     BAD_ARGUMENTS = "BAD_ARGUMENTS"
+    RULES_REFUSED = "RULES_REFUSED"
 
 
 NOT_FOUND = (Tag.NOT_FOUND,)

@@ -24,7 +24,6 @@ Read-only queries (peek, stats) take `now` too, and never change anything.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import io
 import pickle
@@ -35,6 +34,8 @@ from haqueue.core import job as J
 from haqueue.core import results as R
 from haqueue.core.effects import Applied, Effects
 from haqueue.core.results import INTERNAL_ERROR, NO_JOB, NOT_FOUND, Tag
+from haqueue.core import gearman as G
+from haqueue.core.gearman import GearmanState
 from haqueue.core.ids import IdState
 from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, READY, RESERVED, Job, SharedInts,
                               tallies)
@@ -43,7 +44,10 @@ from haqueue.core.tube import Tube, compact, overgrown
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
-SNAPSHOT_FORMAT_VERSION = 3
+# That section carries its own version (ids.IDS_FORMAT_VERSION), so its shape
+# changes without a new snapshot format.
+# 4: a tenth section, Gearman's state (core/gearman.py); 3 and older read as no Gearman jobs.
+SNAPSHOT_FORMAT_VERSION = 4
 
 
 
@@ -77,6 +81,8 @@ class QueueState:
         self._ints = SharedInts()  # one object per priority, delay and ttr value
         # The id service rides on the same log, with its own section of the records.
         self.ids = IdState()
+        # ...and so does Gearman, in a namespace of its own (core/gearman.py says why).
+        self.gearman = GearmanState()
         # What the entry being applied did (effects.py); fresh sets per entry.
         self._woken: set[str] = set()  # tubes in which a job became ready
         self._emptied: set[str] = set()  # tubes that lost their last job
@@ -87,11 +93,12 @@ class QueueState:
         """Apply one log entry: one result per command, and what it did. Never raises."""
         self._woken = set()
         self._emptied = set()
+        self.gearman.woken = set()
         return Applied(self._apply_commands(stamp, commands), self.effects())
 
     def effects(self) -> Effects:
         """What happened since the last entry began (apply_batch returns it)."""
-        return Effects(self._woken, self._emptied, self.next_deadline())
+        return Effects(self._woken, self._emptied, self.next_deadline(), self.gearman.woken)
 
     def _apply_commands(self, stamp: int, commands: list[tuple]) -> list[tuple]:
         if type(commands) is not list and type(commands) is not tuple:
@@ -159,6 +166,7 @@ class QueueState:
                 tube.unpause_at = 0
                 if tube.ready_count:
                     self._woken.add(name)
+        self.gearman.advance(now)
 
     def next_deadline(self) -> int | None:
         """The earliest pending deadline (ms), for the leader's timer."""
@@ -168,6 +176,9 @@ class QueueState:
                 heapq.heappop(heap)
             if heap and (best is None or heap[0][0] < best):
                 best = heap[0][0]
+        scheduled = self.gearman.next_deadline()
+        if scheduled is not None and (best is None or scheduled < best):
+            best = scheduled
         return best
 
     def ready_at(self, now: int) -> dict[str, int]:
@@ -312,42 +323,56 @@ class QueueState:
         best.tube.unlink_ready(best)
         return self._reserve(best, conn, now)
 
-    def _reserve_job(self, cmd: tuple, now: int) -> tuple:
+    def _conn_and_job(self, cmd: tuple) -> tuple[int, Job | None] | None:
+        """(conn, the job it names or None) of an (OP, conn, job_id) command; None if malformed."""
         _, conn, job_id = cmd
         if type(conn) is not int or type(job_id) is not int:
+            return None
+        return conn, self.jobs.get(job_id)
+
+    def _reserve_job(self, cmd: tuple, now: int) -> tuple:
+        named = self._conn_and_job(cmd)
+        if named is None:
             return self._malformed()
-        job = self.jobs.get(job_id)
+        conn, job = named
         if job is None or job.state == RESERVED or conn >> 32 < self.conn_epoch_floor:
             return NOT_FOUND
         self._take_out(job)
         return self._reserve(job, conn, now)
 
     def _delete(self, cmd: tuple, now: int) -> tuple:
-        _, conn, job_id = cmd
-        if type(conn) is not int or type(job_id) is not int:
+        named = self._conn_and_job(cmd)
+        if named is None:
             return self._malformed()
-        job = self.jobs.get(job_id)
+        conn, job = named
         if job is None or (job.state == RESERVED and job.reserver != conn):
             return NOT_FOUND
         self._take_out(job)
         job.state = DELETED
-        del self.jobs[job_id]
+        del self.jobs[job.id]
         tube = job.tube
         tube.cmd_delete += 1
         if tube.job_count == 0:
             self._emptied.add(tube.name)
         return R.DELETED
 
+    def _give_back(self, conn: int, job_id: int, pri: int) -> Job | None:
+        """The job `conn` holds, no longer reserved, at priority `pri` (release and bury
+        both start so); None if `conn` holds no such job."""
+        job = self._reserved_by_conn(conn, job_id)
+        if job is not None:
+            self._unreserve(job)
+            job.pri = self._ints[pri]
+        return job
+
     def _release(self, cmd: tuple, now: int) -> tuple:
         _, conn, job_id, pri, delay = cmd
         if (type(conn) is not int or type(job_id) is not int or type(pri) is not int or type(delay) is not int
                 or not 0 <= pri <= MAX_PRI):
             return self._malformed()
-        job = self._reserved_by_conn(conn, job_id)
+        job = self._give_back(conn, job_id, pri)
         if job is None:
             return NOT_FOUND
-        self._unreserve(job)
-        job.pri = self._ints[pri]
         job.delay = self._ints[delay]
         job.tallies += J.RELEASE
         self._make_ready_or_delayed(job, delay, now)
@@ -357,11 +382,9 @@ class QueueState:
         _, conn, job_id, pri = cmd
         if type(conn) is not int or type(job_id) is not int or type(pri) is not int or not 0 <= pri <= MAX_PRI:
             return self._malformed()
-        job = self._reserved_by_conn(conn, job_id)
+        job = self._give_back(conn, job_id, pri)
         if job is None:
             return NOT_FOUND
-        self._unreserve(job)
-        job.pri = self._ints[pri]
         job.tallies += J.BURY
         job.tube.push_buried(job)
         return R.BURIED
@@ -466,6 +489,7 @@ class QueueState:
         if epoch > self.conn_epoch_floor:
             self.conn_epoch_floor = epoch
         self._requeue_reservations([c for c in sorted(self._reserved_by) if c not in keep])
+        self.gearman.drop_all_but(keep)
         return R.DONE
 
     def _requeue_reservations(self, conns: list[int]) -> None:
@@ -484,6 +508,56 @@ class QueueState:
     def _id_reserve(self, cmd: tuple, now: int) -> tuple:
         _, rule, app, n = cmd
         return self.ids.reserve(rule, app, n, now)  # checks its own argument types
+
+    def _id_set_rules(self, cmd: tuple, now: int) -> tuple:
+        _, records = cmd
+        return self.ids.set_rules(records)  # validates every record; never raises
+    # Gearman (core/gearman.py): arguments checked here, the state machine trusts them.
+    def _gm_submit(self, cmd: tuple, now: int) -> tuple:
+        _, conn, function, unique, data, priority, background, run_at = cmd
+        if (type(conn) is not int or type(function) is not str or type(unique) is not bytes
+                or type(data) is not bytes or type(priority) is not int or type(background) is not bool
+                or type(run_at) is not int or not G.HIGH <= priority <= G.LOW):
+            return self._malformed()
+        if not background and conn >> 32 < self.conn_epoch_floor:
+            # A dead leader's client, its command forwarded late: nobody would
+            # ever hear of this job, and nothing would end it.
+            return NOT_FOUND
+        return self.gearman.submit(function, unique, data, priority, background, run_at, conn, now)
+
+    def _gm_grab(self, cmd: tuple, now: int) -> tuple:
+        _, conn, functions = cmd
+        if type(conn) is not int or (type(functions) is not tuple and type(functions) is not list) or any(
+                type(f) is not str for f in functions):
+            return self._malformed()
+        if conn >> 32 < self.conn_epoch_floor:
+            return G.NO_JOB  # a dead leader's worker (as _reserve_cmd)
+        return self.gearman.grab(conn, tuple(functions), now)
+
+    def _gm_work_status(self, cmd: tuple, now: int) -> tuple:
+        _, conn, handle, numerator, denominator = cmd
+        if (type(conn) is not int or type(handle) is not str or type(numerator) is not int
+                or type(denominator) is not int):
+            return self._malformed()
+        return self.gearman.work_status(conn, handle, numerator, denominator)
+
+    def _gm_finish(self, cmd: tuple, now: int) -> tuple:
+        _, conn, handle = cmd
+        if type(conn) is not int or type(handle) is not str:
+            return self._malformed()
+        return self.gearman.finish(conn, handle)
+
+    def _gm_drop_conn(self, cmd: tuple, now: int) -> tuple:
+        _, conn = cmd
+        if type(conn) is not int:
+            return self._malformed()
+        return self.gearman.drop_connection(conn)
+
+    def _gm_max_queue(self, cmd: tuple, now: int) -> tuple:
+        _, function, size = cmd
+        if type(function) is not str or type(size) is not int:
+            return self._malformed()
+        return self.gearman.set_max_queue(function, size)
 
     def _forget_tube(self, cmd: tuple, now: int) -> tuple:
         _, tube_name = cmd
@@ -588,6 +662,7 @@ class QueueState:
             jobs,
             self.conn_epoch_floor,
             self.ids.to_records(),
+            G.to_records(self.gearman),
         )
 
     def serialize(self) -> bytes:
@@ -600,8 +675,10 @@ class QueueState:
     @classmethod
     def from_records(cls, records: tuple) -> "QueueState":
         version = records[0]
-        ids = None
+        ids = gearman = None
         if version == SNAPSHOT_FORMAT_VERSION:
+            _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor, ids, gearman = records
+        elif version == 3:
             _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor, ids = records
         elif version == 2:
             _, next_id, now, total_jobs, job_timeouts, tubes, jobs, floor = records
@@ -616,6 +693,8 @@ class QueueState:
         state = cls()
         if ids is not None:
             state.ids = IdState.from_records(ids)
+        if gearman is not None:
+            state.gearman = G.from_records(gearman)
         state.next_id = next_id
         state.now = now
         state.total_jobs = total_jobs
@@ -673,6 +752,8 @@ class QueueState:
         pickler = pickle.Pickler(out, protocol=5)
         pickler.fast = True
         pickler.dump(self.to_records())
+        import hashlib  # here: a node's start has no use for it (2 ms)
+
         return hashlib.sha256(out.getvalue()).hexdigest()
 
 
@@ -712,4 +793,11 @@ _HANDLERS = {
     C.RELEASE_ORPHANS: QueueState._release_orphans,
     C.FORGET_TUBE: QueueState._forget_tube,
     C.ID_RESERVE: QueueState._id_reserve,
+    C.ID_SET_RULES: QueueState._id_set_rules,
+    C.GM_SUBMIT: QueueState._gm_submit,
+    C.GM_GRAB: QueueState._gm_grab,
+    C.GM_WORK_STATUS: QueueState._gm_work_status,
+    C.GM_FINISH: QueueState._gm_finish,
+    C.GM_DROP_CONN: QueueState._gm_drop_conn,
+    C.GM_MAX_QUEUE: QueueState._gm_max_queue,
 }

@@ -80,35 +80,52 @@ def _fault(name: str, node: str | None, **extra) -> dict:
     return {"t": round(time.monotonic(), 6), "name": name, "node": node, **extra}
 
 
+def _elapsed(fault: dict) -> float:
+    """Seconds since the fault was injected, as the report records them."""
+    return round(time.monotonic() - fault["t"], 4)
+
+
+def _watch_while_held(lab: Lab, leader: str, fault: dict, hold: float, vip: bool = False) -> None:
+    """For a fault held `hold` seconds from its start: record when another node was elected
+    (and, with `vip`, when the VIP reached it), then wait out the hold. The hold itself is
+    the fault being injected, not synchronisation."""
+    end = fault["t"] + hold
+    new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, end - time.monotonic()), step=0.01)
+    if new:
+        fault["elected_s"] = _elapsed(fault)
+        if vip and wait_for(lambda: lab.vip_holders() == [new], max(0.0, end - time.monotonic()), step=0.01):
+            fault["vip_moved_s"] = _elapsed(fault)
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
 def kill_leader(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     fault = _fault("kill-leader", leader)
     lab.signal(leader, signal.SIGKILL)
     lab.wait_exit(leader)
-    new = wait_for(lambda: lab.leader(exclude=leader), RECOVERY_TIMEOUT, step=0.01)
-    if new is None:
-        raise LabError(f"kill-leader: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-    moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    _await_new_leader(lab, leader, fault)
     lab.start_node(leader)
     return fault
 
 
-def pause_leader(lab: Lab, rng: random.Random) -> dict:
+def _hold_leader(lab: Lab, rng: random.Random, name: str, key: str, longest: float, hold,
+                 vip: bool = False) -> dict:
+    """Hold the leader in a fault for 2 s to `longest` (recorded as `key`): hold(leader, True)
+    starts it, hold(leader, False) ends it; meanwhile watch who is elected (and the VIP)."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    pause = round(rng.uniform(2.0, 4.0), 2)
-    fault = _fault("pause-leader", leader, pause_s=pause)
-    lab.signal(leader, signal.SIGSTOP)
+    seconds = round(rng.uniform(2.0, longest), 2)
+    fault = _fault(name, leader, **{key: seconds})
+    hold(leader, True)
     try:
-        # The pause itself is the fault being injected, not synchronisation.
-        new = wait_for(lambda: lab.leader(exclude=leader), pause, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + pause - time.monotonic()))
+        _watch_while_held(lab, leader, fault, seconds, vip=vip)
     finally:
-        lab.signal(leader, signal.SIGCONT)
+        hold(leader, False)
     return fault
+
+
+def pause_leader(lab: Lab, rng: random.Random) -> dict:
+    return _hold_leader(lab, rng, "pause-leader", "pause_s", 4.0,
+                        lambda node, on: lab.signal(node, signal.SIGSTOP if on else signal.SIGCONT))
 
 
 def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
@@ -120,12 +137,8 @@ def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
     cut(leader, False)
     try:
         gone = wait_for(lambda: lab.state.vip not in topology.addresses(ns), hold, step=0.01)
-        fault["vip_released_s"] = round(time.monotonic() - fault["t"], 4) if gone else None
-        new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, fault["t"] + hold - time.monotonic()),
-                       step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + hold - time.monotonic()))
+        fault["vip_released_s"] = _elapsed(fault) if gone else None
+        _watch_while_held(lab, leader, fault, hold)
     finally:
         cut(leader, True)
     return fault
@@ -226,7 +239,7 @@ def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
     if not exited:
         raise LabError(f"{fault['name']}: {node} still running {NODE_EXIT_TIMEOUT:g} s after the fault "
                        f"(log {lab.log_path(node)}): {lab.describe()}")
-    fault["exited_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["exited_s"] = _elapsed(fault)
     lab.wait_exit(node)
     fault["exit_code"] = lab.exit_code(node)
     fault["message"] = lab.last_log_line(node)[-300:]
@@ -236,9 +249,9 @@ def _await_new_leader(lab: Lab, old: str, fault: dict) -> None:
     new = wait_for(lambda: lab.leader(exclude=old), RECOVERY_TIMEOUT, step=0.01)
     if new is None:
         raise LabError(f"{fault['name']}: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
+    fault["elected_s"] = _elapsed(fault)
     moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4) if moved else None
+    fault["vip_moved_s"] = _elapsed(fault) if moved else None
 
 
 def _disk_full(lab: Lab, name: str, node: str, leader: str) -> dict:
@@ -344,23 +357,11 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
 
 
 def stall_fsync_leader(lab: Lab, rng: random.Random) -> dict:
-    leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    stall = round(rng.uniform(2.0, 3.0), 2)
-    fault = _fault("stall-fsync-leader", leader, stall_s=stall)
-    # Stalled until told otherwise: the shim re-reads the file while it waits.
-    storage.set_fsync_stall(lab.dir, leader, 3_600_000_000)
-    try:
-        new = wait_for(lambda: lab.leader(exclude=leader), stall, step=0.01)
-        if new:
-            fault["elected_s"] = round(time.monotonic() - fault["t"], 4)
-            # Does the VIP follow while the old leader is still stalled?
-            left = max(0.0, fault["t"] + stall - time.monotonic())
-            if wait_for(lambda: lab.vip_holders() == [new], left, step=0.01):
-                fault["vip_moved_s"] = round(time.monotonic() - fault["t"], 4)
-        time.sleep(max(0.0, fault["t"] + stall - time.monotonic()))  # the stall is the fault
-    finally:
-        storage.set_fsync_stall(lab.dir, leader, 0)
-    return fault
+    # Stalled until told otherwise (the shim re-reads the file while it waits); the VIP is
+    # followed too: does it move while the old leader is still stalled?
+    return _hold_leader(lab, rng, "stall-fsync-leader", "stall_s", 3.0,
+                        lambda node, on: storage.set_fsync_stall(lab.dir, node, 3_600_000_000 if on else 0),
+                        vip=True)
 
 
 def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
@@ -527,7 +528,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 break
             try:
                 lab.wait_stable(RECOVERY_TIMEOUT)
-                fault["recovered_s"] = round(time.monotonic() - fault["t"], 4)
+                fault["recovered_s"] = _elapsed(fault)
             except LabError as exc:
                 fault["recovered_s"] = None
                 errors.append(f"{name} #{i + 1}: {exc}")

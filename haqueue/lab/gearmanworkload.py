@@ -24,7 +24,6 @@ every worker, then records the server's `status` counts for FUNCTION.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import signal
 import socket
@@ -32,18 +31,11 @@ import sys
 import threading
 import time
 
-from haqueue.lab.workload import CONNECT_TIMEOUT, OP_TIMEOUT, History, _pace
+from haqueue.lab.workload import CONNECT_TIMEOUT, OP_TIMEOUT, Broken, History, _pace, mode_parser
 from haqueue.protocol import gearman as g
 
 FUNCTION = b"lab"
 SLEEP_WAIT = 1.0  # after NO_JOB, how long a worker waits for NOOP before it grabs again
-
-
-class Broken(Exception):
-    def __init__(self, why: str, sent: bool) -> None:
-        super().__init__(why)
-        self.why = why
-        self.sent = sent
 
 
 class GearmanClient:
@@ -300,21 +292,10 @@ def drain(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m haqueue.lab.gearmanworkload")
-    sub = parser.add_subparsers(dest="mode", required=True)
-    for mode in ("run", "drain"):
-        p = sub.add_parser(mode)
-        p.add_argument("--host", required=True)
-        p.add_argument("--port", type=int, default=4730)
-        p.add_argument("--history", required=True)
-        p.add_argument("--workers", type=int, default=3 if mode == "run" else 8)
-        if mode == "run":
-            p.add_argument("--submitters", type=int, default=4)
-            p.add_argument("--submit-rate", type=float, default=60.0, help="background submits per second, all")
-            p.add_argument("--work-rate", type=float, default=30.0, help="grabs per second, all workers")
-            p.add_argument("--tag", default=None, help="prefix of every body (default: random, unique per run)")
-        else:
-            p.add_argument("--timeout", type=float, default=120.0)
+    parser, run_options = mode_parser("python -m haqueue.lab.gearmanworkload", 4730, "workers", 3, 8)
+    run_options.add_argument("--submitters", type=int, default=4)
+    run_options.add_argument("--submit-rate", type=float, default=60.0, help="background submits per second, all")
+    run_options.add_argument("--work-rate", type=float, default=30.0, help="grabs per second, all workers")
     args = parser.parse_args(argv)
     return run(args) if args.mode == "run" else drain(args)
 

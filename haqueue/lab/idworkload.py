@@ -15,7 +15,7 @@ History events (JSON lines, the queue workload's shape, workload.py):
   to a timed-out request is never taken for the next one's.
 - `fail` is any other reply ({"err": its `error`}): not_leader, exhausted… The
   service says it handed out nothing.
-- `unknown` is no reply within REPLY_TIMEOUT: the id may have been reserved
+- `unknown` is no reply within REPLY_TIMEOUT (0.2 s): the id may have been reserved
   and is then wasted, never handed out again (docs/id-service.md).
 The checker (idchecker.py) reads it.
 """
@@ -32,17 +32,24 @@ import time
 
 from haqueue.lab.workload import History
 
-RULE = "counter"  # the built-in plain increasing rule: its ids compare as integers
-REPLY_TIMEOUT = 0.5  # id_server's client waits about this long before it tries again
+# The built-in plain increasing rule (exact mode) and the lab's segment-mode twin
+# (lab.py's cluster file): both render the bare counter, so ids compare as integers.
+RULES = ("counter", "segment")
+# How long a client waits for a reply before it asks again. id_server's client
+# waits 2 s; the lab asks again sooner so that failover is measured at 0.2 s
+# resolution (the service's gap, not a client's timeout: a client with a 1 s
+# timeout adds up to that to it). Normal replies take milliseconds.
+REPLY_TIMEOUT = 0.2
 MAX_REPLY = 256  # what id_server's client reads
 
 
 class IdClient(threading.Thread):
-    def __init__(self, name: str, history: History, host: str, port: int, app: str, rate: float,
+    def __init__(self, name: str, history: History, host: str, port: int, rule: str, app: str, rate: float,
                  stop: threading.Event) -> None:
         super().__init__(name=name, daemon=True)
         self.history = history
         self.address = (host, port)
+        self.rule = rule
         self.app = app
         self.interval = 1.0 / rate if rate > 0 else 0.0
         self.stop = stop
@@ -51,7 +58,7 @@ class IdClient(threading.Thread):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.connect(self.address)
         sock.settimeout(REPLY_TIMEOUT)
-        key = f"{RULE}/{self.app}"
+        key = f"{self.rule}/{self.app}"
         next_at = time.monotonic()
         try:
             while not self.stop.is_set():
@@ -65,7 +72,7 @@ class IdClient(threading.Thread):
             sock.close()
 
     def ask(self, sock: socket.socket, op: int) -> dict:
-        request = json.dumps({"action": "get", "rule_name": RULE, "app_name": self.app, "seq": op}).encode()
+        request = json.dumps({"action": "get", "rule_name": self.rule, "app_name": self.app, "seq": op}).encode()
         try:
             sock.send(request)
             deadline = time.monotonic() + REPLY_TIMEOUT
@@ -96,12 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second, each client")
     parser.add_argument("--app", default="lab")
+    parser.add_argument("--rules", default=",".join(RULES), help="rules the clients take in turn")
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     history = History(args.history)
-    clients = [IdClient(f"id{n}", history, args.host, args.port, args.app, args.rate, stop)
+    rules = args.rules.split(",")
+    clients = [IdClient(f"id{n}", history, args.host, args.port, rules[n % len(rules)], args.app, args.rate, stop)
                for n in range(args.clients)]
     for client in clients:
         client.start()

@@ -46,6 +46,7 @@ DEFAULT_DIR = "/run/haqueue-lab"
 NODE_IDS = ("n1", "n2", "n3")
 CLIENT_PORT = 11300
 ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
+GEARMAN_PORT = 4730  # Gearman (server/gearman_service.py): likewise
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 
 
@@ -71,6 +72,7 @@ def cluster_text(state: LabState, script_dir: str) -> str:
         f'vip = "{state.vip}/24"',
         f"client_port = {CLIENT_PORT}",
         f"id_port = {ID_PORT}",
+        f"gearman_port = {GEARMAN_PORT}",
         f'secret = "lab-{secrets.token_hex(8)}"',
         "",
     ]
@@ -78,6 +80,13 @@ def cluster_text(state: LabState, script_dir: str) -> str:
         lines += ["[[nodes]]", f'id = "{node_id}"', f'address = "{state.node_address(i)}"',
                   f'interface = "{topology.IFNAME}"', f"priority = {150 - 10 * i}", ""]
     lines += [
+        # The id workload asks both modes: the built-in `counter` (exact) and this one.
+        "[[id_rules]]",
+        'name = "segment"',
+        'format = "{counter:019}"',
+        'mode = "segment"',
+        "segment = 1000",
+        "",
         "[keepalived]",
         "advert_int = 0.1",
         # The check script only curls /leader; nobody exists on every host,

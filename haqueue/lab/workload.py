@@ -312,22 +312,29 @@ def drain(args) -> int:
     return 0 if counts and not any(counts.values()) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m haqueue.lab.workload")
+def mode_parser(prog: str, port: int, takers: str, run_takers: int, drain_takers: int):
+    """`run` and `drain` with what both workloads share (this one's and gearmanworkload.py's):
+    where, the history, how many take jobs; returns (parser, the `run` subparser) so
+    that each adds its own producers and rates to `run`."""
+    parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="mode", required=True)
+    modes = {}
     for mode in ("run", "drain"):
-        p = sub.add_parser(mode)
+        p = modes[mode] = sub.add_parser(mode)
         p.add_argument("--host", required=True)
-        p.add_argument("--port", type=int, default=11300)
+        p.add_argument("--port", type=int, default=port)
         p.add_argument("--history", required=True)
-        p.add_argument("--consumers", type=int, default=4 if mode == "run" else 32)
-        if mode == "run":
-            p.add_argument("--producers", type=int, default=8)
-            p.add_argument("--put-rate", type=float, default=80.0, help="puts per second, all producers")
-            p.add_argument("--take-rate", type=float, default=40.0, help="reserves per second, all consumers")
-            p.add_argument("--tag", default=None, help="prefix of every body (default: random, unique per run)")
-        else:
-            p.add_argument("--timeout", type=float, default=120.0)
+        p.add_argument(f"--{takers}", type=int, default=run_takers if mode == "run" else drain_takers)
+    modes["run"].add_argument("--tag", default=None, help="prefix of every body (default: random, unique per run)")
+    modes["drain"].add_argument("--timeout", type=float, default=120.0)
+    return parser, modes["run"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, run_options = mode_parser("python -m haqueue.lab.workload", 11300, "consumers", 4, 32)
+    run_options.add_argument("--producers", type=int, default=8)
+    run_options.add_argument("--put-rate", type=float, default=80.0, help="puts per second, all producers")
+    run_options.add_argument("--take-rate", type=float, default=40.0, help="reserves per second, all consumers")
     args = parser.parse_args(argv)
     return run(args) if args.mode == "run" else drain(args)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from haqueue import admin_client
 from haqueue.cluster import Cluster, Node
+from haqueue.ops import lvs
 from haqueue.ops import sysctl as sysctl_table
 from haqueue.ops.bonding import BondState, parse_proc_bonding
 
@@ -401,8 +402,8 @@ def _ip_vs_row(cluster: Cluster, facts: HostFacts) -> Row:
     if facts.ip_vs is None:
         return Row("ip_vs", FAIL, "module not loaded (/proc/net/ip_vs missing): keepalived cannot "
                                   "configure the virtual server")
-    # gen-lvs renders a TCP virtual server for the queue and, with id_port, a UDP one.
-    wanted = [("TCP", cluster.client_port)] + ([("UDP", cluster.id_port)] if cluster.id_port else [])
+    # gen-lvs renders a TCP virtual server for the queue, and one for each other port served.
+    wanted = lvs.virtual_ports(cluster)
     services = {tuple(line.split()[:2]) for line in facts.ip_vs.splitlines() if line[:3] in ("TCP", "UDP")}
     missing = [(proto, port) for proto, port in wanted
                if (proto, f"{int(cluster.vip.ip):08X}:{port:04X}") not in services]

@@ -5,7 +5,9 @@ Owns `gen-lvs`'s output:
   nopreempt) holding the VIP, and a `virtual_server VIP CLIENT_PORT` whose
   real servers are the queue nodes, each checked with HTTP_GET on its admin
   port's `/leader` (200 only on the Raft leader). A TCP check would pass on
-  followers too, and ip_vs would send clients to nodes that refuse them.
+  followers too, and ip_vs would send clients to nodes that refuse them. The
+  id service's UDP port and the Gearman port, when the cluster file opens
+  them, get a virtual server each with the same checks (virtual_ports).
 - `lvs-director.sh`: what a director needs besides keepalived (ip_vs loaded,
   forwarding, dropping connections to a removed real server).
 - `modprobe-ip_vs.conf`: the ip_vs `conn_tab_bits` module parameter.
@@ -134,11 +136,21 @@ def render_director(cluster: Cluster, director: Node, mode: str, command: str) -
         "}",
         "",
     ]
-    lines += _virtual_server(cluster, cluster.client_port, "TCP", mode)
-    if cluster.id_port:
-        lines += ["", *_virtual_server(cluster, cluster.id_port, "UDP", mode)]
+    for n, (protocol, port) in enumerate(virtual_ports(cluster)):
+        lines += ([""] if n else []) + _virtual_server(cluster, port, protocol, mode)
     head = header(command, install=f"/etc/keepalived/keepalived.conf on director {director.id} ({director.address})")
     return head + "\n".join(lines) + "\n"
+
+
+def virtual_ports(cluster: Cluster) -> list[tuple[str, int]]:
+    """(protocol, port) of each service the VIP carries: beanstalkd, and the id service
+    (UDP) and Gearman (TCP) when the cluster file opens them."""
+    ports = [("TCP", cluster.client_port)]
+    if cluster.id_port:
+        ports.append(("UDP", cluster.id_port))
+    if cluster.gearman_port:
+        ports.append(("TCP", cluster.gearman_port))
+    return ports
 
 
 def _virtual_server(cluster: Cluster, port: int, protocol: str, mode: str) -> list[str]:
@@ -256,7 +268,8 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
 #   that are routed via {iface}, which strict mode (1) would drop.
 # - MTU/MSS lowered by {IPIP_OVERHEAD} bytes: a full-size client segment plus the outer
 #   header would not fit the director-to-node link. tunl0 gets MTU-{IPIP_OVERHEAD}, and SYN-ACKs
-#   from VIP:{port} announce MSS = MTU - {IPIP_OVERHEAD} - {TCP_IP_HEADERS}, so clients never send more."""
+#   from the VIP (every TCP port it serves) announce MSS = MTU - {IPIP_OVERHEAD} - {TCP_IP_HEADERS},
+#   so clients never send more."""
         start = f"""    modprobe ipip
 {ARP_QUIET}
     ip addr replace "$VIP/32" dev lo
@@ -264,13 +277,13 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
     ip link set tunl0 up mtu $(( mtu - {IPIP_OVERHEAD} ))
     sysctl -q -w net.ipv4.conf.tunl0.rp_filter=2
     mss=$(( mtu - {IPIP_OVERHEAD} - {TCP_IP_HEADERS} ))
-    rule=(OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
+    rule=(OUTPUT -s "$VIP" -p tcp --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
     iptables -t mangle -C "${{rule[@]}}" 2>/dev/null || iptables -t mangle -A "${{rule[@]}}\""""
         stop = f"""    ip addr del "$VIP/32" dev lo 2>/dev/null || true
     mtu=$(cat "/sys/class/net/{iface}/mtu")
     mss=$(( mtu - {IPIP_OVERHEAD} - {TCP_IP_HEADERS} ))
-    iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN \\
-        -j TCPMSS --set-mss "$mss" 2>/dev/null || true"""
+    iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss" \\
+        2>/dev/null || true"""
     else:
         gw = cluster.lvs.nat_gateway
         what = f"""# NAT: the directors rewrite the destination VIP:{port} to this node and must see
@@ -288,7 +301,7 @@ def render_realserver(cluster: Cluster, node: Node, mode: str, command: str) -> 
 #
 {what}
 set -euo pipefail
-{"" if mode == "nat" else "VIP=" + vip + chr(10)}{"PORT=" + str(port) + chr(10) if mode == "tun" else ""}
+{"" if mode == "nat" else "VIP=" + vip + chr(10)}
 case "${{1:-start}}" in
 start)
 {start}

@@ -98,7 +98,7 @@ def normalize(value: str) -> str:
 
 def _reserved_ports(cluster: Cluster) -> str:
     # The id service's UDP port too (0: off): reserved ports hold for UDP as for TCP.
-    ports = sorted({p for n in cluster.nodes for p in (n.client_port, n.raft_port, n.admin_port, n.id_port) if p})
+    ports = sorted({p for n in cluster.nodes for p in (n.client_port, n.raft_port, n.admin_port, n.id_port, n.gearman_port) if p})
     return ",".join(str(p) for p in ports)
 
 

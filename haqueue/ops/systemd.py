@@ -77,7 +77,7 @@ def render_unit(cluster: Cluster, node: Node, command: str) -> str:
             f"ReadWritePaths={data_dir}",
         ]
     low_ports = sorted(
-        {p for p in (node.client_port, node.raft_port, node.admin_port, node.id_port) if 0 < p < PRIVILEGED_PORTS}
+        {p for p in (node.client_port, node.raft_port, node.admin_port, node.id_port, node.gearman_port) if 0 < p < PRIVILEGED_PORTS}
     )
     if low_ports:
         caps = [

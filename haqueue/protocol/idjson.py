@@ -28,6 +28,7 @@ backslash and DEL; seq is echoed only when sent, and only a JSON scalar.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -79,11 +80,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python's json accepts them
 
 
+_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode  # one decoder, not one per datagram
+
+
 def _decode(datagram: bytes) -> dict | None:
     if not MIN_REQUEST <= len(datagram) <= MAX_REQUEST:
         return None
     try:
-        obj = json.loads(datagram, parse_constant=_reject_constant)
+        obj = _DECODE(datagram.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
     return obj if type(obj) is dict else None
@@ -163,10 +167,19 @@ def salt_fits(salt: str | None, salt_max_len: int) -> bool:
 
 
 # ----------------------------------------------------------------- replies
+# ASCII only: a lone surrogate in a seq stays printable, and bytes are counted
+# exactly as the client will read them. One encoder for every reply: json.dumps
+# with options builds a new one per call, which was most of a reply's cost.
+_ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
+
+
 def _dumps(value: Any) -> bytes:
-    # ASCII only: a lone surrogate in a seq stays printable, and bytes are
-    # counted exactly as the client will read them.
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODE(value).encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _key(name: str) -> bytes:
+    return _dumps(name) + b":"
 
 
 def _echoed(request: Request | None) -> list[tuple[str, Any]]:
@@ -181,12 +194,12 @@ def _echoed(request: Request | None) -> list[tuple[str, Any]]:
 def _bounded(head: list[tuple[str, Any]], request: Request | None) -> bytes:
     """head's fields, seq if sent, then the echoed fields while the reply fits."""
     seq = getattr(request, "seq", NO_SEQ)
-    parts = [_dumps(k) + b":" + _dumps(v) for k, v in head]
+    parts = [_key(k) + _dumps(v) for k, v in head]
     if seq is not NO_SEQ:
         parts.append(b'"seq":' + _dumps(seq))
     size = 1 + sum(len(p) + 1 for p in parts)  # braces and commas
     for key, value in _echoed(request):
-        part = _dumps(key) + b":" + _dumps(value)
+        part = _key(key) + _dumps(value)
         if size + len(part) + 1 > MAX_REPLY:
             break
         parts.append(part)

@@ -16,6 +16,13 @@ What is installed, and where it is defined:
    (journal.py), which fsyncs; any other argument reaches pysyncobj's own.
 3. The wire (wire.py): AES-GCM sealing instead of Fernet, and small messages
    stored instead of compressed.
+4. One clock: pysyncobj reads CLOCK_MONOTONIC_RAW through a `monotonicTime`
+   name in each of its modules, while raft_node read time.monotonic
+   (CLOCK_MONOTONIC) to set pysyncobj's election deadline and to time its
+   peers' messages: two clocks, compared. Both now read `monotonic()` below
+   (time.monotonic), so every deadline compares readings of one clock. A test replaces
+   its source (`use_clock`) to run a cluster in virtual time, ticked by hand
+   (tests/support/ticked.py).
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
 raft_node.py; nothing outside haqueue/replication imports pysyncobj.
 """
@@ -23,6 +30,8 @@ raft_node.py; nothing outside haqueue/replication imports pysyncobj.
 from __future__ import annotations
 
 import socket as _socket
+import time as _time
+from contextlib import contextmanager
 
 PINNED_VERSION = "0.3.17"
 
@@ -53,6 +62,26 @@ class JournalSpec(str):
         return spec
 
 
+_clock = _time.monotonic
+
+
+def monotonic() -> float:
+    """Seconds on the clock pysyncobj and raft_node share (point 4 above)."""
+    return _clock()
+
+
+@contextmanager
+def use_clock(source):
+    """Read `source()` instead of the monotonic clock until the block ends (tests only:
+    a cluster ticked by hand in virtual time)."""
+    global _clock
+    previous, _clock = _clock, source
+    try:
+        yield
+    finally:
+        _clock = previous
+
+
 _installed = False
 
 
@@ -73,5 +102,10 @@ def install() -> None:
         return original_create_journal(journal_file)
 
     _syncobj_module.createJournal = create_journal
+    import pysyncobj.dns_resolver
+    import pysyncobj.transport
+
+    for module in (_syncobj_module, pysyncobj.tcp_connection, pysyncobj.transport, pysyncobj.dns_resolver):
+        module.monotonicTime = monotonic
     wire.install(_syncobj_module, pysyncobj.tcp_connection)
     _installed = True

@@ -34,7 +34,9 @@ This is the only module that subclasses pysyncobj. What it adds, and why
    received one is synced before pysyncobj clears the journal, and at
    start-up the journal is lined up with the snapshot (snapshot.py).
 6. Ticks run in our own thread (autoTick off) so that exceptions are logged
-   and the periodic fsync policy has a place to run.
+   and the periodic fsync policy has a place to run. One tick and the work
+   that follows it is `tick()`, which a test may call on nodes it never
+   started, in virtual time (pysyncobj_patches point 4).
 7. No forwarding: pysyncobj sends a command submitted on a follower to the
    leader, which commits it. haqueue submits only while it leads, but a
    deposed leader's sessions can submit in the moment before it notices; a
@@ -108,7 +110,7 @@ import time
 from collections import deque
 
 from haqueue.replication import pysyncobj_patches
-from haqueue.replication.pysyncobj_patches import JournalSpec
+from haqueue.replication.pysyncobj_patches import JournalSpec, monotonic
 
 pysyncobj_patches.install()
 
@@ -163,7 +165,7 @@ class SyncingTransport(TCPTransport):
         self._outgoing: set = set()  # before super(): it adds the nodes
         super().__init__(syncObj, selfNode, otherNodes)
         self.peers_up: set = set()
-        self.last_heard: dict = {}  # node -> monotonic time of its last message
+        self.last_heard: dict = {}  # node -> when its last message came (pysyncobj_patches.monotonic)
         self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
         self.leader_heard_at = float("-inf")  # append_entries of this node's term or later
         self.stale_leader_heard_at = float("-inf")  # append_entries of an older term
@@ -185,7 +187,7 @@ class SyncingTransport(TCPTransport):
         sync_obj = self._syncObj
 
         def received(node, message):
-            now = last_heard[node] = time.monotonic()
+            now = last_heard[node] = monotonic()
             kind = message.get("type")
             if kind == PREVOTE or kind == PREVOTE_REPLY:
                 sync_obj._on_prevote_message(node, message)
@@ -246,7 +248,7 @@ class SyncingTransport(TCPTransport):
         return sum(1 for sent_at in list(self.lease_acks.values()) if sent_at > since)
 
     def peers_heard_within(self, seconds: float) -> int:
-        since = time.monotonic() - seconds
+        since = monotonic() - seconds
         return sum(1 for heard in self.last_heard.values() if heard > since)
 
     def _onNodeConnected(self, node):
@@ -367,6 +369,7 @@ class ReplicatedQueue(SyncObj):
         self._commit_pending = False
         timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
         self._keepalive_period = timing.heartbeat
+        self._next_keepalive = 0.0
         self.leader_fallback = timing.leader_fallback
         self._hear_window = timing.hear_window
         self._hears_majority = not partner_addresses
@@ -429,7 +432,9 @@ class ReplicatedQueue(SyncObj):
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if self._thread.ident is None:
+            self._doDestroy()  # never started (ticked by hand, or not at all): nobody else will
+        elif self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         if self._snapshot_pid:
             self._end_snapshot_writer()
@@ -477,33 +482,9 @@ class ReplicatedQueue(SyncObj):
                 self.transport.flush_acknowledgements()
 
     def _run(self) -> None:
-        next_keepalive = 0.0
         while not self._stopping.is_set():
             try:
-                self.doTick(0.02)
-                now = self.ticked_at = time.monotonic()
-                self.observations.note_commit(self.raftCommitIndex, now)
-                if self._isLeader():
-                    self.observations.note_followers(self.peer_match_indexes, now)
-                if now >= next_keepalive and self.transport is not None:
-                    next_keepalive = now + self._keepalive_period
-                    self.transport.keep_alive()
-                self._watch_majority()
-                journal = self.journal
-                if journal is not None:
-                    if not self.policy.durable:
-                        journal.sync()
-                    if self.journal_limit is not None and journal.end > self.journal_limit:
-                        # beanstalkd's -s: past this size, fold the journal into a snapshot.
-                        self.forceLogCompaction()
-                    if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
-                        raise JournalError(journal.failed)
-                elif self.journal_limit is not None and self.log_bytes_since_snapshot > self.journal_limit:
-                    # In memory the log is the journal, and the same size bounds it: by
-                    # entry count alone (20,000 entries of up to hundreds of puts) it
-                    # held a copy of every put since the last snapshot, 90 of the 645
-                    # bytes a queued 100-byte job cost after 1,000,000 puts.
-                    self.forceLogCompaction()
+                self.tick(0.02)
             except JournalError as exc:
                 # Point 11: a node that cannot write its journal must not say
                 # another word to its peers (no heartbeat, no acknowledgement):
@@ -518,13 +499,43 @@ class ReplicatedQueue(SyncObj):
         except Exception:
             log.exception("raft shutdown failed")
 
+    def tick(self, timeout: float) -> None:
+        """One pysyncobj tick (waiting up to `timeout` for its sockets), then this
+        node's own periodic work: keepalives, the majority watch, the fsync
+        policy, the journal bound. The tick thread calls it in a loop; a test
+        may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        self.doTick(timeout)
+        self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
+        self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
+        if self._isLeader():
+            self.observations.note_followers(self.peer_match_indexes, self.ticked_at)
+        if monotonic() >= self._next_keepalive and self.transport is not None:
+            self._next_keepalive = monotonic() + self._keepalive_period
+            self.transport.keep_alive()
+        self._watch_majority()
+        journal = self.journal
+        if journal is not None:
+            if not self.policy.durable:
+                journal.sync()
+            if self.journal_limit is not None and journal.end > self.journal_limit:
+                # beanstalkd's -s: past this size, fold the journal into a snapshot.
+                self.forceLogCompaction()
+            if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
+                raise JournalError(journal.failed)
+        elif self.journal_limit is not None and self.log_bytes_since_snapshot > self.journal_limit:
+            # In memory the log is the journal, and the same size bounds it: by
+            # entry count alone (20,000 entries of up to hundreds of puts) it
+            # held a copy of every put since the last snapshot, 90 of the 645
+            # bytes a queued 100-byte job cost after 1,000,000 puts.
+            self.forceLogCompaction()
+
     def _watch_majority(self) -> None:
         """Point 9: track whether this node hears a majority; on regaining it, wait afresh."""
         if not self._partners or self.transport is None:
             return
         heard = self._is_majority(self.transport.peers_heard_within(self._hear_window) + 1)
         if heard and not self._hears_majority and not self._isLeader():
-            self._SyncObj__raftElectionDeadline = time.monotonic() + self._SyncObj__generateRaftTimeout()
+            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
         self._hears_majority = heard
 
     def read_lease_valid(self) -> bool:
@@ -577,7 +588,7 @@ class ReplicatedQueue(SyncObj):
             return True
         if not self._hears_majority or self.transport is None:
             return False
-        now = time.monotonic()
+        now = monotonic()
         if now - self.transport.stale_leader_heard_at < self._election_min:
             return True  # our term outran a live leader's: only an election reconciles them
         term = self.raftCurrentTerm + 1
@@ -600,7 +611,7 @@ class ReplicatedQueue(SyncObj):
     def _on_prevote_message(self, node, message: dict) -> None:
         """Both sides of a pre-vote; runs in the tick thread (a received message)."""
         if message["type"] == PREVOTE:
-            heard_leader = time.monotonic() - self.transport.leader_heard_at < self._election_min
+            heard_leader = monotonic() - self.transport.leader_heard_at < self._election_min
             mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
             granted = (not self._isLeader() and not heard_leader
                        and message["term"] > self.raftCurrentTerm

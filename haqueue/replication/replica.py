@@ -88,6 +88,13 @@ def preload(has_partners: bool) -> None:
     startup_errors()
 
 
+def _term_of(role: str, current_term: int) -> int:
+    """The term a role change is about. pysyncobj announces a candidate before it raises its
+    term for the election (syncobj.py: __setState, then __setCurrentTerm(term + 1)), so a
+    candidate stands for the next term; the logs said "candidate (term 0)" on every start."""
+    return current_term + 1 if role == "candidate" else current_term
+
+
 def open_replica(config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
                  on_fatal: Callable[[str], None]) -> ReplicaLike:
     """This node's replica: a Raft member if it has partners, else a cluster of one
@@ -111,7 +118,7 @@ class Replica:
             config.self_address, config.partners, data_dir=config.data_dir, policy=config.policy,
             secret=config.secret, timing=config.timing, compaction_entries=config.compaction_entries,
             journal_limit=config.journal_limit, max_entry_bytes=config.max_entry_bytes,
-            on_role_change=lambda role: on_role_change(role, raft.raftCurrentTerm),
+            on_role_change=lambda role: on_role_change(role, _term_of(role, raft.raftCurrentTerm)),
             on_fatal=on_fatal,
         )
         self.observations = raft.observations  # elections, snapshots, commit times (observed.py)

@@ -11,7 +11,9 @@ GET /status  JSON: role, term, commit/applied index, serving, connections;
 GET /metrics the Prometheus text format (metrics.py): every node, followers too
 GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids_udp.py), the UDP
              reply's JSON body: 200 with an id; 503 not leader or outcome
-             unknown (retry), 404 unknown rule, 409 exhausted or too many
+             unknown (retry), with Retry-After: 1 and, on a follower that
+             knows the leader, Location: the same path on the leader's
+             admin port; 404 unknown rule, 409 exhausted or too many
              apps, 400 bad input. GET /id/RULE/APP/monitor: the counter
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
@@ -162,6 +164,17 @@ class AdminServer:
             body = idjson.error(request, "unavailable", "outcome unknown, retry")
         return ID_STATUS.get(outcome, 503), "application/json", body + b"\n"
 
+    def _retry_headers(self, path: str) -> str:
+        """An /id request this node cannot answer now: try again in a second,
+        at the leader if this node knows which one it is (not itself)."""
+        headers = "Retry-After: 1\r\n"
+        replica = self.server.replica
+        leader = replica.status().get("leader") if replica is not None else None
+        for _node_id, address, admin_port, raft in self.server.options.members:
+            if raft == leader and raft != self.server.options.raft_address and admin_port:
+                headers += f"Location: http://{address}:{admin_port}{path}\r\n"
+        return headers
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2)
@@ -171,12 +184,13 @@ class AdminServer:
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             else:
                 code, kind, body = await self.answer_async(parts[1], self.authorized(head))
+            extra = self._retry_headers(parts[1]) if code == 503 and parts[1].startswith("/id/") else ""
             reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
                       405: "Method Not Allowed", 409: "Conflict", 503: "Service Unavailable"}[code]
             chunks = body if isinstance(body, list) else [body]
             length = sum(len(chunk) for chunk in chunks)
             head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"
-                    f"Connection: close\r\n\r\n").encode()
+                    f"{extra}Connection: close\r\n\r\n").encode()
             writer.writelines([head, *chunks] if parts[0] == "GET" else [head])
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,

@@ -14,7 +14,8 @@ Duties, in the order they happen:
 4. When leadership is lost: close the listener and drop every client at once;
    in-flight commands end with their connections (outcome unknown).
 5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
-   DRAINING), as beanstalkd does.
+   DRAINING), as beanstalkd does. On SIGHUP re-read the cluster file's id
+   rules; the leader commits them if they differ (`_reload_id_rules`).
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ import signal
 import socket
 import ssl
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Callable
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Callable
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
+from haqueue.core.ids import rule_from_record, wanted_rule_records
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.ids_udp import IdListener, IdRequests
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
@@ -43,9 +44,17 @@ from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
 from haqueue.server.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
 
+if TYPE_CHECKING:
+    from haqueue.server.gearman_service import GearmanService
+    from haqueue.server.ids_udp import IdListener, IdRequests
+
 log = logging.getLogger(__name__)
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+# Connections the kernel completes before the node accepts them, as beanstalkd's
+# listen(fd, 1024). Passed on every listener, sockets handed over included: the loop
+# listens again on a socket it is given, with its own default (100) otherwise.
+BACKLOG = 1024
 
 
 @dataclass
@@ -99,6 +108,14 @@ class NodeOptions:
     # of every member, so that followers can name the leader.
     id_port: int = 0
     id_endpoints: dict[str, str] = field(default_factory=dict)
+    # The cluster file's [[id_rules]]: a new leader commits them (with the
+    # built-in rules) when they differ from the replicated rules.
+    id_rules: tuple = ()
+    id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
+    config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
+    # The Gearman port on the client listener's host (and the VIP), served by
+    # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
+    gearman_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,10 +188,24 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self._tls_context: ssl.SSLContext | None = None
-        self.id_requests = IdRequests(self, options.id_endpoints)
         self._id_listener: IdListener | None = None
+        self.gearman: GearmanService | None = None
+        if options.gearman_port:
+            # Imported only when served, as the id service is: a plain node starts sooner.
+            from haqueue.server.gearman_service import GearmanService
+
+            listen = options.listen
+            self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
 
     # ------------------------------------------------------------ properties
+    @cached_property
+    def id_requests(self) -> IdRequests:
+        """The id service's requests, for its UDP listener and the admin port's /id/:
+        made (and its modules imported, ~7 ms) when one of them first asks, not at start."""
+        from haqueue.server.ids_udp import IdRequests
+
+        return IdRequests(self, self.options.id_endpoints)
+
     @property
     def state(self):
         return self.replica.state
@@ -215,6 +246,7 @@ class QueueServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_id_rules)
         if self.options.early_signals is not None:
             for signum in self.options.early_signals():
                 if signum == signal.SIGUSR1:
@@ -239,6 +271,27 @@ class QueueServer:
     def _die(self, message: str) -> None:
         self.fatal = message
         self._stopped.set()
+
+    def _reload_id_rules(self) -> None:
+        """SIGHUP: read the cluster file's [[id_rules]] again. Every node keeps
+        them for when it leads; the leader commits them now if they differ from
+        the replicated rules. A file that does not validate changes nothing
+        (one error line): the node keeps the rules it had."""
+        from haqueue.cluster import ClusterFileError, load_cluster
+
+        path = self.options.config_path
+        if path is None:
+            log.info("SIGHUP: no cluster file to re-read")
+            return
+        try:
+            rules = load_cluster(path).id_rules
+        except ClusterFileError as exc:
+            log.error("SIGHUP: id rules not reloaded: %s", exc)
+            return
+        self.options.id_rules = rules
+        log.info("SIGHUP: id rules re-read from %s (%d in the file)", path, len(rules))
+        if self.serving:
+            self.loop.create_task(self._commit_id_rules(self.epoch))
 
     def _enter_drain_mode(self) -> None:
         log.info("drain mode: new puts are refused with DRAINING")
@@ -279,6 +332,8 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
+        if not await self._commit_id_rules(term):
+            return
         with self.state_lock:
             self.directory = TubeDirectory(self.state.tubes)
         try:
@@ -287,24 +342,60 @@ class QueueServer:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
         self.serving = True
+        if self.gearman is not None:
+            # After `serving`: a Gearman connection accepted while the VIP is being bound
+            # is served, not turned away.
+            try:
+                await self.gearman.open()
+            except OSError as exc:
+                self._die(f"cannot serve Gearman on {self.gearman.host}:{self.gearman.port}: "
+                          f"{exc.strerror or exc}")
+                return
         log.info("leader for term %d: serving clients on %s", term, self.options.listen.describe())
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
+
+    async def _commit_id_rules(self, term: int) -> bool:
+        """Commit this node's id rules (cluster file + built-in) if the replicated
+        ones differ, before serving, so the first ids use them. A change that
+        could repeat ids is not proposed: one error line, and the replicated
+        rules stay. False if leadership was lost meanwhile."""
+        wanted = wanted_rule_records(self.options.id_rules)
+        with self.state_lock:
+            ids = self.state.ids
+            if ids.rule_records() == wanted:
+                return True
+            problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
+        if problem is not None:
+            log.error("id rules of the cluster file not proposed: %s", problem)
+            return True
+        done = self.loop.create_future()
+        self.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
+        result = await done
+        if result is None or not self.replica.leads_in(term):
+            log.warning("lost leadership while committing id rules (term %d)", term)
+            return False
+        if result[0] == "OK":
+            log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
+        else:
+            log.error("id rules refused: %s", result[1:])
+        return True
 
     async def _open_listener(self) -> None:
         listen = self.options.listen
         factory = self._new_session
         tls = self._tls_options()
         if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock, **tls)
+            self._listener = await self.loop.create_server(factory, sock=listen.sock, backlog=BACKLOG, **tls)
         elif listen.unix_path:
             if os.path.exists(listen.unix_path):
                 os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path, **tls)
+            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path,
+                                                                backlog=BACKLOG, **tls)
         else:
             self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=1024, **tls
+                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=BACKLOG, **tls
             )
             if listen.vip is not None and listen.vip != listen.host:
                 await self._open_vip_listener()
@@ -312,8 +403,11 @@ class QueueServer:
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
+        from haqueue.server.ids_udp import IdListener
+
         listen = self.options.listen
-        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip)
+        self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip,
+                                       rate=self.options.id_rate_limit)
         try:
             await self._id_listener.open()
         except OSError as exc:
@@ -332,8 +426,8 @@ class QueueServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((listen.vip, listen.port))
-            sock.listen(1024)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock,
+            sock.listen(BACKLOG)
+            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock, backlog=BACKLOG,
                                                                **self._tls_options())
         except OSError as exc:
             # Another node on this host still holds it (a loopback cluster in
@@ -357,8 +451,12 @@ class QueueServer:
                 log.warning("max-connections %d reached: refused %d connection(s) so far",
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
+        return Session(self, self.next_conn_id())
+
+    def next_conn_id(self) -> int:
+        """A connection id no other connection of any leader has: (term << 32) | serial."""
         self.conn_serial += 1
-        return Session(self, (self.epoch << 32) | self.conn_serial)
+        return (self.epoch << 32) | self.conn_serial
 
     def _step_down(self, graceful: bool = False) -> None:
         was_serving = self.serving
@@ -380,6 +478,9 @@ class QueueServer:
             listener.close()
         if self._id_listener is not None:
             self._id_listener.close_vip()
+        self.id_requests.drop_blocks()
+        if self.gearman is not None:
+            self.gearman.close(graceful)
         for session in list(self.sessions):
             if graceful:
                 session.flush()
@@ -478,6 +579,8 @@ class QueueServer:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
             if effects.woken and self.waiters:
                 self._wake_waiters()
+            if effects.gearman_woken and self.gearman is not None:
+                self.gearman.wake(effects.gearman_woken)
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()

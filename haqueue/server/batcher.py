@@ -18,6 +18,7 @@ The leader stamps each entry with its wall clock, never running backwards.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from haqueue.core import commands as C
@@ -86,11 +87,17 @@ class Batcher:
             self.last_stamp = stamp
             self.in_flight += 1
             data = encode_batch(stamp, commands)
-            loop = self.loop
+            loop, loop_thread = self.loop, threading.get_ident()  # _flush runs on the loop
 
             def done(applied, conts=conts):
-                # Runs in the replication thread: hand over to the loop.
-                loop.call_soon_threadsafe(self._done, conts, applied)
+                # A Raft node calls back from its replication thread: hand over to
+                # the loop. A lone node (lone.py) calls back inside this very
+                # submit, on the loop's thread: a plain call_soon spares the wake-up
+                # write a threadsafe one costs, once per entry.
+                if threading.get_ident() == loop_thread:
+                    loop.call_soon(self._done, conts, applied)
+                else:
+                    loop.call_soon_threadsafe(self._done, conts, applied)
 
             self.replica.submit(data, done)
 

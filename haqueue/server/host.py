@@ -3,7 +3,8 @@
 QueueServer (app.py) creates sessions and is their host; sessions know it only
 through this interface, so the dependency runs one way in the imports and at
 run time (app.py -> session.py -> host.py), and a test can host a Session with
-a small object of its own (tests/server/test_session_lease.py).
+a small object of its own (tests/support/session_host.py, used by
+tests/server/test_session.py).
 tests/server/test_session_host.py checks that session.py touches nothing of
 its server beyond what is listed here, and that QueueServer provides it all.
 """

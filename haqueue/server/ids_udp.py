@@ -1,12 +1,25 @@
 """The id service's front end on the leader: JSON over UDP, and the requests behind `GET /id/...`.
 
 `IdRequests` turns a parsed request (protocol/idjson.py) into an answer:
-- get/create: an ID_RESERVE command through the group-commit batcher, so a
+- get/create of an exact-mode rule: an ID_RESERVE command through the group-commit batcher, so a
   reservation rides the same Raft entries as the queue's commands; the id is
   rendered from the committed values and the entry's stamp, and the reply
   goes out only after commit and apply (docs/design.md I1). Outcome unknown
   (leadership lost with the entry in flight) -> no reply: the client retries,
   an id may be wasted, never issued twice.
+- get/create of a segment-mode rule (Leaf-style): served from blocks of
+  `segment` values that committed ID_RESERVE entries took ahead of need, in
+  memory, with no commit per id. When what is left falls to 90 % of a block
+  the next block is reserved, so a steady client never waits for a commit;
+  a request that finds no block left waits for the one in flight. Blocks
+  live only on this leader for this term: on step-down they are dropped
+  (those values are wasted, never handed out again, since every block is
+  below the committed high-water mark that the next leader reserves above).
+  A block is served only while the read lease holds (a deposed leader that
+  does not know it yet stays silent rather than hand out values below a
+  new leader's), and only until its cycle ends by this node's clock. An id
+  from a block carries the block's committed time, so per key the rendered
+  time, like the counter, never goes back, on this leader or the next.
 - monitor: a read of the applied state, answered only while the read lease
   holds (a deposed leader that does not know it yet would report stale
   counters); otherwise no reply.
@@ -21,11 +34,23 @@ only while this node serves as leader (IP_FREEBIND: the address arrives after
 leadership does), like the client listener (server/app.py). Each socket is bound to one address,
 so a reply leaves from the address its request was sent to: a client that
 connect()s its UDP socket, as id_server's own client does, drops a reply
-from any other source.
+from any other source. A node bound to the IPv4 wildcard (`-l 0.0.0.0`)
+cannot rely on that: there each datagram's destination address comes with
+it (IP_PKTINFO), and its reply names that address as its source
+(`PktinfoTransport`).
 
 Memory: at most MAX_PENDING requests wait for a commit; beyond that a
 datagram is dropped unanswered (the client retries), so a flood cannot grow
 the batcher's queue without bound.
+
+Rate limit (`SourceLimit`): each source address gets a token bucket of
+`rate` datagrams a second (burst: a fifth of a second's worth, at least
+100), checked before a datagram is parsed; beyond it datagrams are dropped
+unanswered and counted. So one client, or one spoofed address, can neither
+take the node's whole time nor be sent more than `rate` replies a second.
+Buckets are kept for at most MAX_SOURCES addresses; beyond that, new
+addresses share one bucket (a spoofed flood of random sources then limits
+itself, not the known clients).
 """
 
 from __future__ import annotations
@@ -33,15 +58,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import struct
+from collections import deque
 from typing import Callable
 
 from haqueue.core import commands as C
 from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
+from haqueue.server.batcher import wall_ms
 
 log = logging.getLogger(__name__)
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", None) or 8  # linux/in.h; Python 3.11 does not name it
+_PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
+READS_PER_WAKE = 64  # datagrams read per readiness event before others get the loop
 MAX_PENDING = 10_000
 RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the last
 
@@ -50,10 +81,105 @@ RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the l
 Respond = Callable[[str | None, bytes | None], None]
 
 
+DEFAULT_RATE = 20_000  # datagrams a second per source address; 0: no limit
+MAX_SOURCES = 65_536
+
+
+class SourceLimit:
+    """A token bucket per source address (see the module docstring)."""
+
+    def __init__(self, rate: int, max_sources: int = MAX_SOURCES) -> None:
+        self.rate = rate
+        self.burst = max(100, rate // 5)
+        self.max_sources = max_sources
+        self.buckets: dict[str, list[float]] = {}  # address -> [tokens, at]
+        self.shared = [float(self.burst), 0.0]  # addresses beyond max_sources
+        self.dropped = 0
+
+    def allow(self, source: str, now: float) -> bool:
+        if not self.rate:
+            return True
+        bucket = self.buckets.get(source)
+        if bucket is None:
+            if len(self.buckets) >= self.max_sources:
+                self._forget_idle(now)
+            if len(self.buckets) >= self.max_sources:
+                bucket = self.shared
+            else:
+                bucket = self.buckets[source] = [float(self.burst), now]
+        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
+        if tokens < 1:
+            bucket[0] = tokens
+            self.dropped += 1
+            if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, ...: visible, never a flood
+                log.warning("id service: %d datagram(s) over the rate limit of %d/s per source dropped",
+                            self.dropped, self.rate)
+            return False
+        bucket[0] = tokens - 1
+        return True
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop the buckets that have filled up again: forgetting them changes nothing."""
+        refill = self.burst / self.rate
+        for source in [s for s, (tokens, at) in self.buckets.items() if now - at >= refill]:
+            del self.buckets[source]
+
+
+PREFETCH_AT = 0.9  # reserve the next block when what is left is below this share of one
+
+
+class Segments:
+    """One key's blocks on the leader: values committed ahead, not yet handed out."""
+
+    __slots__ = ("rule", "blocks", "fetching", "waiting", "exhausted")
+
+    def __init__(self, rule) -> None:
+        self.rule = rule  # the IdRule the blocks were taken under
+        # Each block: [next value, values left, step, cycle, committed time ms].
+        self.blocks: deque[list[int]] = deque()
+        self.fetching = False
+        self.waiting: list[tuple[GetId, Respond]] = []  # no block left: waiting for the next
+        # The last reservation answered EXHAUSTED: (cycle end ms or None: never).
+        # No more are tried before then, or every get near the end would be an entry.
+        self.exhausted: tuple[int | None] | None = None
+
+    def may_fetch(self, wall: int) -> bool:
+        if self.fetching:
+            return False
+        if self.exhausted is not None:
+            (until,) = self.exhausted
+            if until is None or wall < until:
+                return False
+            self.exhausted = None
+        return self.left() <= PREFETCH_AT * self.rule.segment
+
+    def take(self, wall: int) -> tuple[int, int] | None:
+        """The next value and the time to render it with, or None if no block has one.
+        A block whose cycle has ended by this node's clock is dropped; a clock
+        behind the block's keeps serving it (its time is frozen at the block's)."""
+        blocks = self.blocks
+        cycle_now = self.rule.cycle(wall)
+        while blocks:
+            block = blocks[0]
+            if block[1] <= 0 or cycle_now > block[3]:
+                blocks.popleft()
+                continue
+            value = block[0]
+            block[0] += block[2]
+            block[1] -= 1
+            return value, block[4]
+        return None
+
+    def left(self) -> int:
+        return sum(block[1] for block in self.blocks)
+
+
 class IdRequests:
     def __init__(self, server, leader_endpoints: dict[str, str] | None = None) -> None:
         self.server = server  # haqueue.server.app.QueueServer
         self.pending = 0
+        self.segments: dict[tuple[str, str], Segments] = {}  # segment-mode keys: this leader's blocks
         # Raft endpoint -> that node's id service "address:port", to name the leader.
         self.leader_endpoints = leader_endpoints or {}
         self._leader_cache: tuple[float, str | None] = (-1.0, None)
@@ -91,12 +217,100 @@ class IdRequests:
             bad = BadRequest("bad_request", "bad salt", request.seq)
             respond(bad.error, idjson.error(request, bad.error, bad.message))
             return
+        if rule.mode == "segment":
+            self._from_segment(request, rule, respond)
+            return
         if self.pending >= MAX_PENDING:
             respond(None, None)
             return
         self.pending += 1
         server.batcher.submit((C.ID_RESERVE, request.rule, request.app, 1),
                               lambda result: self._reserved(request, respond, result))
+
+    # ------------------------------------------------------------ segment mode
+    def _from_segment(self, request: GetId, rule, respond: Respond) -> None:
+        if not self.server.replica.read_lease_valid():
+            respond(None, None)  # maybe deposed: a newer leader may be serving higher values
+            return
+        key = (request.rule, request.app)
+        segments = self.segments.get(key)
+        if segments is None:
+            if self.pending >= MAX_PENDING:
+                respond(None, None)
+                return
+            segments = self.segments[key] = Segments(rule)
+        elif segments.rule is not rule:
+            # The rules changed (a new ID_SET_RULES): blocks taken under the
+            # old rule are dropped, wasted, rather than rendered with the new.
+            segments.rule = rule
+            segments.blocks.clear()
+            segments.exhausted = None
+        wall = wall_ms()
+        taken = segments.take(wall)
+        fetch = segments.may_fetch(wall)
+        if taken is not None:
+            value, now = taken
+            respond("ok", idjson.success(request, rule.render(value, now, request.salt or "")))
+        elif segments.exhausted is not None:
+            respond("exhausted", idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
+        elif self.pending >= MAX_PENDING:
+            respond(None, None)
+            return
+        else:
+            self.pending += 1
+            segments.waiting.append((request, respond))
+        if fetch:
+            self._fetch(key, segments)
+
+    def _fetch(self, key: tuple[str, str], segments: Segments) -> None:
+        segments.fetching = True
+        self.pending += 1
+        rule = segments.rule
+        self.server.batcher.submit((C.ID_RESERVE, rule.name, key[1], rule.segment),
+                                   lambda result: self._block(key, segments, result))
+
+    def _block(self, key: tuple[str, str], segments: Segments, result: tuple | None) -> None:
+        """A block's reservation is applied (or its outcome unknown: None)."""
+        self.pending -= 1
+        segments.fetching = False
+        if self.segments.get(key) is not segments:
+            return  # dropped on step-down: its waiters were answered then
+        waiting, segments.waiting = segments.waiting, []
+        tag = result[0] if result is not None else None
+        if tag == "RESERVED":
+            _, first, count, step, now = result
+            segments.blocks.append([first, count, step, segments.rule.cycle(now), now])
+            wall = wall_ms()
+            while waiting:
+                taken = segments.take(wall)
+                if taken is None:
+                    break
+                request, respond = waiting.pop(0)
+                self.pending -= 1
+                respond("ok", idjson.success(request, segments.rule.render(taken[0], taken[1],
+                                                                           request.salt or "")))
+            segments.waiting = waiting
+            if waiting or segments.may_fetch(wall):
+                self._fetch(key, segments)
+            return
+        if tag == "EXHAUSTED":
+            segments.exhausted = (result[1],)
+        for request, respond in waiting:
+            self.pending -= 1
+            self._reserved_error(request, respond, result)
+        if not segments.blocks:
+            del self.segments[key]
+
+    def drop_blocks(self) -> None:
+        """Leadership is gone: every block is wasted, every waiter gets silence
+        (the outcome of a reservation in flight is unknown)."""
+        segments, self.segments = self.segments, {}
+        for one in segments.values():
+            for _request, respond in one.waiting:
+                self.pending -= 1
+                respond(None, None)
+            one.waiting = []
+            one.blocks.clear()
 
     def _monitor(self, request: Monitor, respond: Respond) -> None:
         server = self.server
@@ -119,12 +333,21 @@ class IdRequests:
         if result is None:
             respond(None, None)  # outcome unknown: the id may be taken, so say nothing
             return
-        tag = result[0]
-        if tag == "RESERVED":
+        if result[0] == "RESERVED":
             _, first, _count, _step, now = result
             with self.server.state_lock:
-                rule = self.server.state.ids.rules[request.rule]
+                rule = self.server.state.ids.rules.get(request.rule)
+            if rule is None:  # removed by a later entry already applied: cannot render it
+                respond(None, None)
+                return
             respond("ok", idjson.success(request, rule.render(first, now, request.salt or "")))
+        else:
+            self._reserved_error(request, respond, result)
+
+    def _reserved_error(self, request: GetId, respond: Respond, result: tuple | None) -> None:
+        tag = result[0] if result is not None else None
+        if tag is None:
+            respond(None, None)
         elif tag == "EXHAUSTED":
             with self.server.state_lock:
                 rule = self.server.state.ids.rules.get(request.rule)
@@ -141,22 +364,30 @@ class IdRequests:
 class IdDatagrams(asyncio.DatagramProtocol):
     """One bound UDP socket: each datagram parsed, answered to its sender from this socket."""
 
-    def __init__(self, requests: IdRequests) -> None:
+    def __init__(self, requests: IdRequests, limit: SourceLimit, clock: Callable[[], float]) -> None:
         self.requests = requests
+        self.limit = limit
+        self.clock = clock
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def datagram_received(self, data: bytes, addr) -> None:
+    def datagram_received(self, data: bytes, addr, local: bytes | None = None) -> None:
+        """`local`: the address it was sent to (packed), on a wildcard-bound socket."""
+        if not self.limit.allow(addr[0], self.clock()):
+            return
         request = idjson.parse(data)
         if request is None:
             return
-        self.requests.handle(request, lambda outcome, body: self._send(body, addr))
+        self.requests.handle(request, lambda outcome, body: self._send(body, addr, local))
 
-    def _send(self, body: bytes | None, addr) -> None:
+    def _send(self, body: bytes | None, addr, local: bytes | None = None) -> None:
         if body is not None and self.transport is not None and not self.transport.is_closing():
-            self.transport.sendto(body, addr)
+            if local is None:
+                self.transport.sendto(body, addr)
+            else:
+                self.transport.sendto_from(body, addr, local)
 
     def error_received(self, exc) -> None:
         pass  # an ICMP error for an earlier reply: the client has gone; nothing to do
@@ -165,10 +396,76 @@ class IdDatagrams(asyncio.DatagramProtocol):
         self.transport = None
 
 
+class PktinfoTransport:
+    """A UDP socket bound to 0.0.0.0 that answers from the address each request was sent to.
+
+    asyncio's datagram transports read with recvfrom and cannot pass the
+    destination address along, so this reads with recvmsg (IP_PKTINFO on)
+    and replies with sendmsg, naming that address as the source. Replies go
+    out at once; one the kernel cannot take now (a full send buffer) is
+    dropped, as the network may drop any datagram: the client retries.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: IdDatagrams) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.protocol = protocol
+        self.closing = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        self.ancillary = socket.CMSG_SPACE(_PKTINFO.size)
+        protocol.connection_made(self)
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        for _ in range(READS_PER_WAKE):
+            try:
+                data, ancdata, _flags, addr = self.sock.recvmsg(idjson.MAX_REQUEST + 1, self.ancillary)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # an ICMP error for an earlier reply: the client has gone
+                continue
+            local = None
+            for level, kind, value in ancdata:
+                if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(value) >= _PKTINFO.size:
+                    local = _PKTINFO.unpack_from(value)[2]  # ipi_addr: where it was sent
+            self.protocol.datagram_received(data, addr, local)
+            if self.closing:
+                return
+
+    def sendto_from(self, body: bytes, addr, local: bytes) -> None:
+        try:
+            self.sock.sendmsg([body], [(socket.IPPROTO_IP, IP_PKTINFO, _PKTINFO.pack(0, local, bytes(4)))],
+                               0, addr)
+        except OSError:
+            pass  # dropped, as UDP may drop it anywhere; the client retries
+
+    def sendto(self, body: bytes, addr) -> None:
+        try:
+            self.sock.sendto(body, addr)
+        except OSError:
+            pass
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str, default=None):
+        return self.sock.getsockname() if name == "sockname" else default
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+            self.protocol.connection_lost(None)
+
+
 class IdListener:
-    def __init__(self, server, requests: IdRequests, host: str, port: int, vip: str | None = None) -> None:
+    def __init__(self, server, requests: IdRequests, host: str, port: int, vip: str | None = None,
+                 rate: int = DEFAULT_RATE) -> None:
         self.server = server
         self.requests = requests
+        self.limit = SourceLimit(rate)  # shared by the node's own socket and the VIP's
         self.host = host
         self.port = port
         self.vip = vip if vip != host else None
@@ -208,8 +505,11 @@ class IdListener:
             if freebind:
                 sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
             sock.bind((host, self.port))
-            transport, _ = await self.server.loop.create_datagram_endpoint(
-                lambda: IdDatagrams(self.requests), sock=sock)
+            protocol = IdDatagrams(self.requests, self.limit, self.server.loop.time)
+            if host == "0.0.0.0":
+                transport = PktinfoTransport(self.server.loop, sock, protocol)
+            else:
+                transport, _ = await self.server.loop.create_datagram_endpoint(lambda: protocol, sock=sock)
         except BaseException:
             sock.close()
             raise

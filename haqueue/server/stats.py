@@ -9,7 +9,6 @@ truncated as beanstalkd's integer division does.
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import socket
 
@@ -91,6 +90,8 @@ class ServerCounters:
         self.rejected_connections = 0  # beyond max_connections
         self.output_limit_closes = 0  # closed for not reading their replies
         self.out_of_memory_replies = 0  # OUT_OF_MEMORY answered (a limit reached)
+        self.gearman_connections = 0  # Gearman connections accepted (not in total_connections)
+        self.gearman_errors = 0  # Gearman packets answered with ERROR for bad input
         self.started_ms = 0
         self.instance_id = os.urandom(8).hex()
 
@@ -100,7 +101,7 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
                  limits: list[tuple[str, object]] = ()) -> bytes:
     counts = state.counts()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    uname = platform.uname()
+    uname = os.uname()  # what beanstalkd reports: uname(2)
     producers = sum(1 for s in sessions if s.is_producer)
     workers = sum(1 for s in sessions if s.is_worker)
     pairs = [

@@ -17,6 +17,15 @@ CONSUMER_STREAM = b"RESERVED 7 5\r\nhello\r\nDELETED\r\nRESERVED 8 4\r\na\r\nb\r
 CONSUMER_EVENTS = [(b"7", b"hello"), DELETED, (b"8", b"a\r\nb")]
 
 
+def fed(stream: bytes, way: str, cut: int) -> list[bytes]:
+    """The stream as its reads arrive: whole, a byte at a time, or cut in two at `cut`."""
+    if way == "whole":
+        return [stream]
+    if way == "bytewise":
+        return [stream[i : i + 1] for i in range(len(stream))]
+    return [stream[:cut], stream[cut:]]
+
+
 def feed_all(parser, chunks):
     out = []
     for chunk in chunks:
@@ -25,13 +34,9 @@ def feed_all(parser, chunks):
     return out
 
 
-@pytest.mark.parametrize("split", ["whole", "bytewise", "middle"])
-def test_put_replies_count_every_inserted_however_the_stream_is_split(split):
-    chunks = {
-        "whole": [PUT_STREAM],
-        "bytewise": [PUT_STREAM[i : i + 1] for i in range(len(PUT_STREAM))],
-        "middle": [PUT_STREAM[:15], PUT_STREAM[15:]],
-    }[split]
+@pytest.mark.parametrize("way", ["whole", "bytewise", "cut"])
+def test_put_replies_count_every_inserted_however_the_stream_is_split(way):
+    chunks = fed(PUT_STREAM, way, cut=15)  # inside the second reply
     assert sum(feed_all(PutReplies(), chunks)) == 3
 
 
@@ -56,13 +61,9 @@ def test_put_reply_line_without_end_beyond_the_limit_raises():
         PutReplies().feed(b"X" * (MAX_REPLY_LINE + 1))
 
 
-@pytest.mark.parametrize("split", ["whole", "bytewise", "inside-body"])
-def test_consumer_replies_yield_reserved_bodies_and_deletes_in_order(split):
-    chunks = {
-        "whole": [CONSUMER_STREAM],
-        "bytewise": [CONSUMER_STREAM[i : i + 1] for i in range(len(CONSUMER_STREAM))],
-        "inside-body": [CONSUMER_STREAM[:16], CONSUMER_STREAM[16:]],
-    }[split]
+@pytest.mark.parametrize("way", ["whole", "bytewise", "cut"])
+def test_consumer_replies_yield_reserved_bodies_and_deletes_in_order(way):
+    chunks = fed(CONSUMER_STREAM, way, cut=16)  # inside the first body
     assert feed_all(ConsumerReplies(), chunks) == CONSUMER_EVENTS
 
 

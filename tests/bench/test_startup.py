@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 
 from click.testing import CliRunner
 
-from haqueue.bench.startup import StartupResult, command, start_once
+from haqueue.bench.startup import StartupResult, cache_bytecode, command, start_once
 from haqueue.cli.bench import bench
 
 
 def test_one_start_reports_listening_before_the_put_is_answered():
-    listening, answered = start_once(command("beanstalkd"))
+    listening, answered, cpu = start_once(command("beanstalkd"))
     assert 0 < listening <= answered < 10
+    assert 0 < cpu < answered
 
 
 def test_haqueue_starts_and_answers_put(tmp_path):
-    listening, answered = start_once(command("haqueue") + ["-b", str(tmp_path)])
+    listening, answered, cpu = start_once(command("haqueue") + ["-b", str(tmp_path)])
     assert 0 < listening <= answered < 30
+    assert 0.005 < cpu < 30  # an interpreter's start alone takes more than 5 ms
 
 
 def test_summary_uses_nearest_rank():
@@ -32,11 +36,21 @@ def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("start-up: 2 starts per server")
-    assert [" ".join(line.split()[1:3]) for line in lines[2:]] == ["listening 2", "put answered"]
+    assert [" ".join(line.split()[1:3]) for line in lines[3:]] == ["listening 2", "put answered", "reply (cpu)"]
     [doc] = json.loads(out.read_text())["startup"]
-    assert doc["listening_ms"]["count"] == 2
+    assert doc["listening_ms"]["count"] == 2 and doc["cpu_to_answer_ms"]["count"] == 2
 
 
 def test_startup_needs_servers_it_starts():
     result = CliRunner().invoke(bench, ["--address", "127.0.0.1:1", "--startup", "2"])
     assert result.exit_code != 0 and "--startup starts its own servers" in result.output
+
+
+def test_haqueue_is_measured_with_its_bytecode_cached_as_an_install_leaves_it():
+    import haqueue.server.app
+
+    cached = importlib.util.cache_from_source(haqueue.server.app.__file__)
+    if os.path.exists(cached):
+        os.unlink(cached)  # the interpreter compiles it again when it needs it
+    cache_bytecode()
+    assert os.path.getmtime(cached) >= os.path.getmtime(haqueue.server.app.__file__)

@@ -74,6 +74,18 @@ def test_a_bad_cluster_file_is_one_line(tmp_path):
     assert result.stderr.count("\n") == 1 and "cluster.vip: missing" in result.stderr
 
 
+def test_an_id_rule_that_could_repeat_ids_stops_the_node_in_one_line(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text("[cluster]\nname = 'x'\nvip = '192.0.2.100/24'\nsecret = 's'\n"
+                   "[[nodes]]\nid = 'n1'\naddress = '192.0.2.11'\ninterface = 'lo'\npriority = 100\n"
+                   "[[id_rules]]\nname = 'daily'\nformat = '{month:02}{counter:04}'\nmax_counter = 9999\n"
+                   "reset_seconds = 86400\n")
+    result = run("--config", str(bad), "--node", "n1")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "id_rules[0]: id rule 'daily'" in result.stderr and "render the same for two cycles" in result.stderr
+
+
 def test_a_bad_max_memory_is_one_line():
     result = run("-p", "0", "--max-memory", "lots")
     assert result.returncode == 1
@@ -112,3 +124,29 @@ def test_an_id_port_in_use_is_one_line():
         result = run("-l", "127.0.0.1", "-p", "0", "--id-port", str(port))
     assert result.returncode == 1
     assert result.stderr.strip() == f"haqueue: cannot serve ids on 127.0.0.1:{port}: Address already in use"
+
+
+def test_gearman_port_with_a_unix_socket_is_one_line(tmp_path):
+    result = run("-l", f"unix:{tmp_path}/s", "--gearman-port", "4730")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "haqueue: --gearman-port needs -l HOST (the Gearman port's address), not a Unix or inherited socket")
+
+
+def test_a_gearman_port_that_is_the_beanstalk_port_is_one_line():
+    result = run("-l", "127.0.0.1", "-p", "4730", "--gearman-port", "4730")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "haqueue: --gearman-port 4730 is the beanstalkd port (-p)"
+
+
+def test_a_gearman_port_in_use_is_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("-l", "127.0.0.1", "-p", "0", "--gearman-port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"haqueue: cannot serve Gearman on 127.0.0.1:{port}: Address already in use")

@@ -7,6 +7,7 @@ put sent at once must be answered (after its commit, whenever that is).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -67,9 +68,102 @@ def test_haqueue_beanstalkd_is_serve_under_beanstalkds_command_line():
     (["--config", "c.toml", "--node", "n1"], None),
     (["-p", "1234", "--admin", "127.0.0.1:1235"], None),  # listening means its admin is up
     (["--no-such-option"], None),
+    (["-z", "4294967296"], None),  # click refuses these values: it says why
+    (["-s", "4095"], None),
+    (["-f", "-1"], None),
+    (["-p", "1_234"], None),  # click reads it as 1234; plain reading does not try
+    (["-Fn"], None),
+    (["--verbose=2"], None),
+    (["-b", "/etc/hostname"], None),  # click.Path(file_okay=False): "is a file"
 ])
 def test_only_command_lines_read_exactly_as_click_would_listen_early(args, address):
     assert early._address(args) == address
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["-l", "127.0.0.1", "-p", "1234"],
+    ["-l127.0.0.1", "-p1234", "-f0", "-F", "-VV", "-z", "10", "-n", "-c", "-n"],
+    ["--listen=::1", "--port", "1234", "--data-dir", "/tmp/x", "--fsync-ms=7", "--no-fsync",
+     "--max-job-size", "0", "--journal-size=4096", "--verbose", "-V", "-p", "9"],
+    ["-b/tmp/y", "-s8192", "-z4294967295", "-c"],
+    ["-b", "-p", "-p", "80"],  # a value is the next argument, whatever it looks like
+])
+def test_a_plain_command_line_gets_the_values_click_would_give_it(args):
+    from haqueue.cli.serve import serve
+
+    plain = early.plain_options(args)
+    clicked = serve.make_context("serve", list(args)).params
+    assert plain == {name: clicked[name] for name in plain}
+
+
+@pytest.mark.parametrize("args", [
+    ["-p", "65536"], ["-z", "-1"], ["-s", "12"], ["-f", "x"], ["-p"], ["-b", "/etc/hostname"],
+    ["--fsync-ms=-5"], ["extra"],
+])
+def test_what_click_refuses_is_not_plain(args):
+    import click
+
+    from haqueue.cli.serve import serve
+
+    with pytest.raises(click.UsageError):
+        serve.make_context("serve", list(args))
+    assert early.plain_options(args) is None
+
+
+def connect_when_listening(proc: subprocess.Popen, port: int) -> socket.socket:
+    deadline = time.monotonic() + 10
+    while True:  # polling the port, bounded by the deadline
+        try:
+            return socket.create_connection((HOST, port), timeout=10)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "not listening"
+            time.sleep(0.01)
+
+
+def test_the_early_socket_keeps_beanstalkds_backlog_once_the_server_takes_it():
+    port = free_port()
+    proc = subprocess.Popen([*haqueue_command(), "-l", HOST, "-p", str(port)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with connect_when_listening(proc, port) as conn:
+            conn.sendall(b"put 0 0 60 5\r\nhello\r\n")
+            assert conn.recv(64) == b"INSERTED 1\r\n"  # served: the server has the socket now
+        listing = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        assert listing[0] == "LISTEN" and listing[2] == "1024", listing  # Send-Q: the backlog
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_a_plain_start_never_imports_click():
+    port = free_port()
+    proc = subprocess.Popen([*haqueue_command(), "-l", HOST, "-p", str(port)],
+                            env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with connect_when_listening(proc, port) as conn:
+            conn.sendall(b"put 0 0 60 5\r\nhello\r\n")
+            assert conn.recv(64) == b"INSERTED 1\r\n"
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=10)
+    imported = [line.rsplit("|", 1)[1].strip() for line in stderr.decode().splitlines()
+                if line.startswith("import time:") and "|" in line]
+    assert "haqueue.server.app" in imported  # the profile is complete
+    assert [name for name in imported if name.split(".")[0] == "click"] == []
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-tubes", "5"]], ids=["plain", "through-click"])
+def test_a_data_dir_that_cannot_be_made_is_one_line_either_way(tmp_path, extra):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    data_dir = blocker / "data"
+    result = subprocess.run([*haqueue_command(), "-l", HOST, "-p", str(free_port()), "-b", str(data_dir),
+                             *extra], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == f"haqueue: -b {data_dir}: Not a directory\n"
 
 
 def test_the_early_socket_is_taken_once_and_only_for_its_own_address():

@@ -83,13 +83,22 @@ def test_opcodes_keep_their_numbers():
     assert (C.TICK, C.PUT, C.RESERVE, C.RESERVE_JOB, C.DELETE, C.RELEASE, C.BURY, C.TOUCH, C.KICK,
             C.KICK_JOB, C.PAUSE_TUBE, C.DROP_CONN, C.RELEASE_ORPHANS, C.FORGET_TUBE) == tuple(range(14))
     assert C.ID_RESERVE == 14
-    assert C.LOG_FORMAT_VERSION == 2
+    assert C.ID_SET_RULES == 15
+    # Version 3 starts at 15: the id service owns 15-19, Gearman 20-39.
+    assert (C.GM_SUBMIT, C.GM_GRAB, C.GM_WORK_STATUS, C.GM_FINISH, C.GM_DROP_CONN, C.GM_MAX_QUEUE) == \
+        tuple(range(20, 26))
+    assert C.LOG_FORMAT_VERSION == 3
+    assert C.FIRST_OPCODE_OF_VERSION == {1: 0, 2: 14, 3: 15}
 
 
 def test_an_entry_carries_the_lowest_version_that_knows_its_commands():
     # An upgraded leader's queue entries still apply on a node not yet upgraded.
     assert pickle.loads(C.encode_batch(5, [(C.TICK,), (C.PUT, "t", 0, 0, 1000, b"x")]))[0] == 1
     assert pickle.loads(C.encode_batch(5, [(C.TICK,), (C.ID_RESERVE, "o2o", "app", 1)]))[0] == 2
+    rules = (C.ID_SET_RULES, ())
+    assert pickle.loads(C.encode_batch(5, [rules, (C.TICK,), (C.ID_RESERVE, "o2o", "app", 1)]))[0] == 3
+    assert pickle.loads(C.encode_batch(5, []))[0] == 1
+    assert pickle.loads(C.encode_batch(5, [(C.GM_GRAB, 1, ("f",)), (C.ID_RESERVE, "o2o", "app", 1)]))[0] == 3
     assert C.decode_batch(C.encode_batch(5, [(C.ID_RESERVE, "o2o", "app", 1)])) == \
         (5, [(C.ID_RESERVE, "o2o", "app", 1)])
 

@@ -46,14 +46,34 @@ def test_the_same_unique_id_attaches_to_the_running_job_and_an_empty_one_never_d
     assert submit(state, unique=b"u") != first  # the id is free again once the job ended
 
 
-def test_a_worker_that_goes_away_mid_job_puts_it_back_at_the_head_of_its_queue():
+def test_the_unique_id_dash_coalesces_submissions_of_the_same_data_as_gearmand_does():
+    state = GearmanState()
+    same = submit(state, unique=b"-", data=b"same data")
+    assert submit(state, unique=b"-", data=b"same data") == same
+    other = submit(state, unique=b"-", data=b"other")
+    assert other != same
+    assert state.grab(WORKER, ("f",), T)[3] == b"-"  # reported as sent
+    state.finish(WORKER, same)
+    assert submit(state, unique=b"-", data=b"same data") not in (same, other)  # free again
+
+
+def test_a_worker_that_goes_away_mid_job_puts_it_back_at_the_end_of_its_queue_as_gearmand_does():
     state = GearmanState()
     old, new = submit(state, data=b"old"), submit(state, data=b"new")
     assert state.grab(WORKER, ("f",), T)[1] == old
     assert state.status(old) == (True, True, 0, 0)
     state.drop_connection(WORKER)
     assert state.status(old) == (True, False, 0, 0)
-    assert state.grab(OTHER, ("f",), T)[1] == old and state.grab(OTHER, ("f",), T)[1] == new
+    assert state.grab(OTHER, ("f",), T)[1] == new and state.grab(OTHER, ("f",), T)[1] == old
+
+
+def test_a_worker_gets_its_first_function_with_a_job_before_priorities_elsewhere():
+    # gearmand's job_take: the worker's functions in order, then priority within one.
+    state = GearmanState()
+    low_a = submit(state, function="a", priority=LOW)
+    high_b = submit(state, function="b", priority=HIGH)
+    assert state.grab(WORKER, ("a", "b"), T)[1] == low_a
+    assert state.grab(WORKER, ("a", "b"), T)[1] == high_b
 
 
 def test_a_foreground_job_ends_with_its_only_client_and_a_background_job_stays():

@@ -126,6 +126,18 @@ def test_templates_that_tell_cycles_apart_are_accepted():
     assert [r.name for r in seed_rules()] == ["o2o", "counter"]
 
 
+def test_the_built_in_rules_pass_every_check_they_skip_at_start():
+    for rule in seed_rules():
+        assert rule.checked() == rule and rule.checked().tokens == rule.tokens
+
+
+def test_a_rule_that_fails_a_check_fails_it_when_checked_again():
+    untrusted = IdRule("o2o-daily", "{month:02}{day:02}{counter:04}", max_counter=9999, reset_seconds=86400,
+                       trusted=True)  # month and day repeat every year: within 1,000 daily cycles
+    with pytest.raises(RuleError, match="render the same for two cycles"):
+        untrusted.checked()
+
+
 def test_time_zones_are_fixed_offsets_only():
     assert parse_offset("+08:00") == 28800 and parse_offset("-03:30") == -12600
     for bad in ("Asia/Shanghai", "+8", "+08:60", "+15:00"):
@@ -183,3 +195,167 @@ def test_calendar_fields_agree_with_the_standard_library(unix, offset):
     moment = datetime.fromtimestamp(unix, timezone(timedelta(seconds=offset)))
     assert civil(unix, offset) == (moment.year, moment.month, moment.day, moment.hour, moment.minute,
                                    moment.second, moment.timetuple().tm_yday)
+
+
+# ---------------------------------------------------------------- rule changes (ID_SET_RULES)
+ORDERS = IdRule("orders", "O{yy:02}{month:02}{day:02}{counter:06}", max_counter=999_999, reset_seconds=86400,
+                utc_offset=8 * 3600, mode="segment", segment=100)
+
+
+def test_a_rule_set_replaces_the_rules_whole_and_round_trips_as_records():
+    state = IdState()
+    records = (ORDERS.to_record(),) + tuple(r.to_record() for r in seed_rules())
+    assert state.set_rules(records) == ("OK",)
+    assert sorted(state.rules) == ["counter", "o2o", "orders"]
+    assert state.rules["orders"] == ORDERS and state.rules["orders"].mode == "segment"
+    assert state.rule_records() == tuple(sorted(records))
+    again = IdState.from_records(state.to_records())
+    assert again.digest() == state.digest() and again.rules == state.rules
+
+
+@pytest.mark.parametrize("records, message", [
+    ((("x", "{counter:03}", 0, 9999, 0, 0, 0, "exact", 0),), "needs a fixed width of at least 4"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "fast", 0),), "mode 'fast'"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "segment", 0),), "segment 0 is out of range"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact", 5),), "segment is for mode"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact"),), "not an id rule record"),
+    ((("x", b"{counter:04}", 0, 9999, 0, 0, 0, "exact", 0),), "not an id rule record"),
+    ((("x", "{counter:04}", 0, True, 0, 0, 0, "exact", 0),), "not an id rule record"),
+    ("not records", "expected a list"),
+    (None, "expected a list"),
+    ((("x", "{counter:04}", 0, 9999, 0, 0, 0, "exact", 0),) * 2, "defined twice"),
+])
+def test_a_rule_set_that_could_repeat_ids_or_is_malformed_is_refused_whole(records, message):
+    state = IdState()
+    before = state.digest()
+    result = state.set_rules(records)
+    assert result[0] == "RULES_REFUSED" and message in result[1], result
+    assert "\n" not in result[1]
+    assert state.digest() == before  # nothing changed
+
+
+@pytest.mark.parametrize("field, value", [("format", "P{yy:02}{month:02}{day:02}{counter:06}"),
+                                          ("min_counter", 1), ("reset_seconds", 3600 * 24 * 2),
+                                          ("utc_offset", 0)])
+def test_a_rule_with_counters_keeps_what_decides_its_ids(field, value):
+    import dataclasses
+
+    state = IdState((ORDERS,))
+    changed = dataclasses.replace(ORDERS, **{field: value}).to_record()
+    assert state.set_rules((changed,)) == ("OK",)  # no counters yet: any valid rule goes
+    state = IdState((ORDERS,))
+    state.reserve("orders", "a", 1, MAY14)
+    result = state.set_rules((changed,))
+    assert result[0] == "RULES_REFUSED" and f"{field} cannot change" in result[1]
+
+
+def test_max_counter_mode_and_segment_may_change_and_a_removed_rule_keeps_its_counters():
+    import dataclasses
+
+    state = IdState((ORDERS,))
+    assert state.reserve("orders", "a", 5, MAY14)[1:3] == (0, 5)
+    assert state.set_rules((dataclasses.replace(ORDERS, max_counter=999, mode="exact",
+                                                segment=0).to_record(),)) == ("OK",)
+    assert state.reserve("orders", "a", 1, MAY14)[1] == 5
+    # Removed: unknown, but its counters stay, and so does what it was.
+    assert state.set_rules(()) == ("OK",)
+    assert state.reserve("orders", "a", 1, MAY14) == UNKNOWN_RULE
+    assert "orders" in state.retired
+    again = IdState.from_records(state.to_records())
+    assert again.digest() == state.digest()
+    bad = dataclasses.replace(ORDERS, utc_offset=0).to_record()
+    assert again.set_rules((bad,))[0] == "RULES_REFUSED"
+    assert again.set_rules((ORDERS.to_record(),)) == ("OK",)
+    assert again.reserve("orders", "a", 1, MAY14)[1] == 6  # it goes on, never back to 0
+    assert not again.retired
+
+
+def test_a_version_1_ids_section_is_still_read():
+    state = IdState(step=2, offset=1)
+    state.reserve("o2o", "a", 3, MAY14)
+    _, step, offset, max_apps, rules, counters, _retired = state.to_records()
+    v1_rules = tuple(record[:7] for record in rules)  # before modes
+    restored = IdState.from_records((1, step, offset, max_apps, v1_rules, counters))
+    assert restored.digest() == state.digest()
+    assert all(r.mode == "exact" for r in restored.rules.values())
+
+
+# ---------------------------------------------------------------- the log, replayed
+def _log_steps():
+    from haqueue.core import commands as C
+
+    keys = st.sampled_from([("o2o", "a"), ("counter", "a"), ("daily", "a"), ("daily", "b"), ("gone", "a")])
+    reserve = st.builds(lambda key, n: (C.ID_RESERVE, key[0], key[1], n), keys, st.integers(1, 5))
+    rules = st.sampled_from(["base", "more", "segment", "without_daily"]).map(lambda name: (C.ID_SET_RULES, name))
+    jump = st.one_of(st.integers(-DAY, DAY), st.sampled_from([-1, 1, DAY, -DAY, 7 * DAY]))
+    entry = st.tuples(jump, st.lists(st.one_of(reserve, reserve, reserve, rules), min_size=1, max_size=4))
+    return st.lists(st.one_of(entry, entry, entry, st.just("restart")), max_size=40)
+
+
+DAILY = IdRule("daily", "{yy:02}{month:02}{day:02}{counter:02}", max_counter=9, reset_seconds=86400,
+               utc_offset=8 * 3600)
+RULE_SETS = {
+    "base": (DAILY,),
+    "more": (IdRule("daily", DAILY.format, max_counter=99, reset_seconds=86400, utc_offset=8 * 3600),
+             IdRule("gone", "G{counter:04}", max_counter=9999)),
+    "segment": (IdRule("daily", DAILY.format, max_counter=99, reset_seconds=86400, utc_offset=8 * 3600,
+                       mode="segment", segment=3),),
+    "without_daily": (IdRule("gone", "G{counter:04}", max_counter=9999),),
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(_log_steps())
+def test_a_log_of_reservations_rule_changes_restarts_and_clock_steps_never_repeats_an_id(steps):
+    """QueueState applies random entries (reservations, rule changes that are
+    accepted or refused, stamps that jump and run back); all nodes restart from
+    a snapshot now and then. Per key no id twice, (cycle, counter) only going
+    up in log order, and a replay of the whole log from scratch, like a replay
+    of the tail after the last snapshot, gives the same digest."""
+    from haqueue.core import commands as C
+    from haqueue.core.ids import wanted_rule_records
+    from haqueue.core.state import QueueState
+
+    state = QueueState()
+    log: list[tuple[int, list]] = []
+    snapshot, since_snapshot = state.serialize(), 0
+    stamp = MAY14
+    issued: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    texts: dict[tuple[str, str], set[str]] = {}
+    for step in steps:
+        if step == "restart":
+            state = QueueState.deserialize(state.serialize())
+            snapshot, since_snapshot = state.serialize(), len(log)
+            continue
+        jump, commands = step
+        stamp += jump
+        commands = [(C.ID_SET_RULES, wanted_rule_records(RULE_SETS[c[1]])) if c[0] == C.ID_SET_RULES else c
+                    for c in commands]
+        log.append((stamp, commands))
+        results = state.apply_batch(stamp, commands).results
+        for command, result in zip(commands, results):
+            assert result[0] in ("RESERVED", "EXHAUSTED", "UNKNOWN_RULE", "OK", "RULES_REFUSED"), result
+            if result[0] != "RESERVED":
+                continue
+            _, rule_name, app, _n = command
+            _, first, count, step_, now = result
+            # (A later command of the entry may have removed the rule; its
+            # definition is kept aside with its counters.)
+            rule = state.ids.rules.get(rule_name) or state.ids.retired[rule_name]
+            key = (rule_name, app)
+            for value in range(first, first + count * step_, step_):
+                mark = (rule.cycle(now), value)
+                assert not issued.get(key) or issued[key][-1] < mark, (key, issued[key][-1], mark)
+                issued.setdefault(key, []).append(mark)
+                text = rule.render(value, now)
+                assert text not in texts.setdefault(key, set()), (key, text)
+                texts[key].add(text)
+    assert state.internal_errors == 0
+    replay = QueueState()
+    for stamp, commands in log:
+        replay.apply_batch(stamp, commands)
+    assert replay.digest() == state.digest()
+    tail = QueueState.deserialize(snapshot)
+    for stamp, commands in log[since_snapshot:]:
+        tail.apply_batch(stamp, commands)
+    assert tail.digest() == state.digest()

@@ -7,6 +7,7 @@ from protocol.txt it was checked against the real /usr/bin/beanstalkd 1.12.
 from __future__ import annotations
 
 import tracemalloc
+import pickle
 
 import pytest
 
@@ -930,14 +931,45 @@ def test_buried_order_is_part_of_the_digest():
 def test_version_1_snapshot_records_are_still_read():
     state = QueueState()
     run(state, T0, put(), put(delay=1000), put(), reserve(1), bury(1, 1))
-    version, next_id, now, total, timeouts, tubes, jobs, floor, ids = state.to_records()
-    assert version == 3
+    version, next_id, now, total, timeouts, tubes, jobs, floor, ids, gearman = state.to_records()
+    assert version == 4
     v1_tubes = tuple(t[:6] for t in tubes)
     for records in ((1, next_id, now, total, timeouts, v1_tubes, jobs, floor),
                     (1, next_id, now, total, timeouts, v1_tubes, jobs),
-                    (2, next_id, now, total, timeouts, tubes, jobs, floor)):  # 2: no id section
+                    (2, next_id, now, total, timeouts, tubes, jobs, floor),  # 2: no id section
+                    (3, next_id, now, total, timeouts, tubes, jobs, floor, ids)):  # 3: no Gearman section
         restored = QueueState.from_records(records)
         assert restored.digest() == state.digest()
+
+
+def test_a_format_3_snapshot_with_a_version_1_ids_section_is_still_read():
+    # The ids section grew (rule modes, retired rules) inside snapshot format 3:
+    # a snapshot written before that still loads, counters and all.
+    state = QueueState()
+    run(state, T0, put(), (C.ID_RESERVE, "counter", "app", 3))
+    records = state.to_records()
+    ids = records[8]
+    assert ids[0] == 2
+    v1_ids = (1, *ids[1:4], tuple(rule[:7] for rule in ids[4]), ids[5])
+    old = pickle.dumps((3, *records[1:8], v1_ids), protocol=5)  # format 3: no Gearman section yet
+    restored = QueueState.deserialize(old)
+    assert restored.digest() == state.digest()
+    assert one(restored, T0, (C.ID_RESERVE, "counter", "app", 1)) == ("RESERVED", 3, 1, 1, T0)
+
+
+def test_id_rule_changes_are_entries_and_a_refused_set_changes_nothing():
+    state = QueueState()
+    rule = ("orders", "O{counter:06}", 0, 999_999, 0, 0, 0, "segment", 50)
+    records = tuple(sorted(state.ids.rule_records() + (rule,)))
+    assert one(state, T0, (C.ID_SET_RULES, records)) == ("OK",)
+    assert one(state, T0, (C.ID_RESERVE, "orders", "a", 50)) == ("RESERVED", 0, 50, 1, T0)
+    before = state.digest()
+    refused = one(state, T0, (C.ID_SET_RULES, (("orders", "Q{counter:06}", 0, 999_999, 0, 0, 0, "exact", 0),)))
+    assert refused[0] == "RULES_REFUSED" and "format cannot change" in refused[1]
+    assert one(state, T0, (C.ID_SET_RULES, "junk"))[0] == "RULES_REFUSED"
+    assert state.digest() == before and state.internal_errors == 0
+    restored = QueueState.deserialize(state.serialize())
+    assert restored.digest() == state.digest() and restored.ids.rules["orders"].segment == 50
 
 
 def test_a_snapshot_of_an_unknown_version_is_refused():

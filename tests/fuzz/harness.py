@@ -335,3 +335,180 @@ def check_session(data: bytes) -> None:
     assert not server.sessions
     assert server.directory.refs == {DEFAULT_TUBE: 1}
     assert not state._reserved_by, "a closed connection still holds reservations"
+
+
+# ---------------------------------------------------------------- the Gearman session
+# `check_gearman_session(data)`: the Gearman front end's loop, as check_session does the
+# beanstalkd one. Three connections (clients, workers, admins: any may be any) share one real
+# QueueServer, GearmanService, GearmanSession each, Batcher and QueueState; the log and the
+# sockets are stood in for as above. Checked: nothing raises; the core never counts an
+# internal error; every byte written is whole response packets or admin answer lines; the
+# flow-control bounds hold; once all close, no job is held by a connection, none runs, no
+# foreground job is left, and the service has forgotten every connection and ability; and
+# every connection still open has answered all it was sent (the third reads as fast as
+# loopback, so its transport never pauses: a pipeline must restart by itself).
+def _gearman_vocabulary() -> tuple[bytes, ...]:
+    from haqueue.protocol.gearman import request
+
+    handles = [b"H:haqueue:%d" % n for n in (1, 2, 3)]
+    words = [
+        request("SUBMIT_JOB", b"f", b"", b"data"), request("SUBMIT_JOB_BG", b"f", b"", b"bg"),
+        request("SUBMIT_JOB_HIGH", b"g", b"u", b"x"), request("SUBMIT_JOB_LOW_BG", b"f", b"u", b"y"),
+        request("SUBMIT_JOB_EPOCH", b"f", b"", b"1", b"e"), request("SUBMIT_JOB_SCHED", b"f", b"", b"", b"", b"", b"", b"", b"s"),
+        request("CAN_DO", b"f"), request("CAN_DO", b"g"), request("CAN_DO_TIMEOUT", b"f", b"1"),
+        request("CANT_DO", b"f"), request("RESET_ABILITIES"), request("PRE_SLEEP"),
+        request("GRAB_JOB"), request("GRAB_JOB_UNIQ"), request("GRAB_JOB_ALL"),
+        request("ECHO_REQ", b"e"), request("OPTION_REQ", b"exceptions"), request("SET_CLIENT_ID", b"me"),
+        request("GET_STATUS_UNIQUE", b"u"), request("NOOP"),
+        b"status\n", b"workers\n", b"maxqueue f 1\n", b"maxqueue f\n", b"version\n", b"bogus\n",
+        request("SUBMIT_JOB_BG", b"f", b"", b"z" * 400),
+        request("ECHO_REQ", b"E" * 800) * 100,  # one read whose replies pass OUTPUT_HIGH
+    ]
+    for handle in handles:
+        words += [request("WORK_STATUS", handle, b"1", b"2"), request("WORK_DATA", handle, b"d"),
+                  request("WORK_COMPLETE", handle, b"r"), request("WORK_FAIL", handle),
+                  request("WORK_EXCEPTION", handle, b"x"), request("GET_STATUS", handle)]
+    return tuple(words)
+
+
+GEARMAN_VOCABULARY = _gearman_vocabulary()
+
+
+class GearmanScriptedTransport(ScriptedTransport):
+    """As ScriptedTransport; `eager`: the kernel takes every write at once (a fast reader
+    on loopback), so the transport never pauses writing and never resumes a pipeline."""
+
+    eager = False
+
+    def write(self, data) -> None:
+        if self.eager and not self.closing:
+            assert not self.lost, "write after connection_lost"
+            self.received += data
+            return
+        super().write(data)
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.protocol.service.loop.call_soon(self._lose)
+
+    abort = close
+
+
+def _check_gearman_output(received: bytes) -> None:
+    from haqueue.protocol.gearman import HEADER, PACKETS, RES
+
+    pos = 0
+    while pos < len(received):
+        if received[pos] == 0:
+            assert received[pos:pos + 4] == RES, received[pos:pos + 12]
+            _, type_, size = HEADER.unpack_from(received, pos)
+            assert type_ in PACKETS, type_
+            pos += HEADER.size + size
+            assert pos <= len(received), "a packet written in part"
+        else:
+            end = received.find(b"\n", pos)
+            assert end >= 0, received[pos:pos + 80]
+            pos = end + 1
+
+
+def check_gearman_session(data: bytes) -> None:
+    from haqueue.server.gearman_service import GearmanService
+    from haqueue.server.gearman_session import GearmanSession
+
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop)
+    loop = _loop
+    errors: list = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    server = make_server(loop)
+    server.gearman = service = GearmanService(server, "127.0.0.1", 0)
+    service.open_ = True
+    sessions, transports = [], []
+    for n in range(3):
+        session = GearmanSession(service, server.next_conn_id())
+        transport = GearmanScriptedTransport(session)
+        transport.eager = n == 2  # the third reads as fast as loopback: its writes never pause
+        session.connection_made(transport)
+        sessions.append(session)
+        transports.append(transport)
+    for op, conn, arg in _gearman_steps(data):
+        session, transport = sessions[conn], transports[conn]
+        if op == "send":
+            if transport.closing or transport.eof or not arg:
+                continue
+            if transport.reading:
+                session.data_received(bytes(arg))
+        elif op == "drain":
+            transport.drain(arg)
+        elif op == "turn":
+            _turns(loop, 1)
+        elif op == "eof":
+            if not transport.closing and not transport.eof:
+                transport.eof = True
+                session.eof_received()
+        else:
+            transport.close()
+        for s, t in zip(sessions, transports):
+            if not t.lost:
+                assert t.reading or s.decoder.buffered >= INPUT_HIGH, s.decoder.buffered
+                assert s.held_bytes == sum(len(x[0]) for x in s.slots if x[0] is not None)
+                assert s.held_bytes < HELD_BOUND, s.held_bytes
+                assert len(s.queue) <= 1
+        assert not errors, errors
+    # Liveness: with every reply read, a connection still open has answered all it was
+    # sent and waits for input (a pipeline that stops must go on by itself).
+    for transport in transports:
+        transport.eager = True
+    for _ in range(20):
+        for transport in transports:
+            transport.drain(1 << 30)
+        _turns(loop, 2)
+    for s, t in zip(sessions, transports):
+        if not t.lost and not t.closing:
+            assert s.starved and not s.queue and not s.slots, (s.starved, len(s.queue), len(s.slots))
+    for transport in transports:
+        transport.drain(1 << 30)
+        transport.close()
+    _turns(loop, 5)
+    server._step_down(graceful=True)
+    assert not errors, errors
+    state = server.replica.state
+    assert state.internal_errors == 0
+    for transport in transports:
+        _check_gearman_output(bytes(transport.received))
+    assert not service.sessions and not service.workers and not service.sleepers
+    gearman = state.gearman
+    assert not gearman._held, "a closed connection still holds Gearman jobs"
+    assert all(job.state == "queued" and job.background for job in gearman.jobs.values())
+
+
+def _gearman_steps(data: bytes):
+    """As steps(), over three connections (the head byte's value mod 3) and the Gearman
+    vocabulary; 6 sends a vocabulary request in two halves, the second in the next step."""
+    i = 0
+    while i < len(data):
+        head = data[i]
+        conn, op = head % 3, (head // 3) % 6
+        i += 1
+        if op == 0:
+            n = data[i] if i < len(data) else 0
+            yield "send", conn, data[i + 1 : i + 1 + n]
+            i += 1 + n
+        elif op == 1:
+            pick = data[i] if i < len(data) else 0
+            word = GEARMAN_VOCABULARY[pick % len(GEARMAN_VOCABULARY)]
+            yield "send", conn, word * (1 + (pick >> 6))
+            i += 1
+        elif op == 2:
+            n = data[i] if i < len(data) else 255
+            yield "drain", conn, (n + 1) * 64
+            i += 1
+        elif op == 3:
+            yield "turn", conn, None
+        elif op == 4:
+            yield "close", conn, None
+        else:
+            yield "eof", conn, None

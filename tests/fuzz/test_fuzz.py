@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.harness import check_codec, check_gearman_codec, check_session
+from tests.fuzz.harness import check_codec, check_gearman_codec, check_gearman_session, check_session
 
 HERE = Path(__file__).parent
-CHECKS = {"codec": check_codec, "gearman": check_gearman_codec, "session": check_session}
+CHECKS = {"codec": check_codec, "gearman": check_gearman_codec, "gearman_session": check_gearman_session,
+          "session": check_session}
 FUZZ_SECONDS = int(os.environ.get("HAQUEUE_FUZZ_SECONDS", "15"))
 
 

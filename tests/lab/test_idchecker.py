@@ -80,7 +80,7 @@ def test_the_id_workload_against_a_real_node_records_a_history_the_checker_passe
     history = tmp_path / "ids.jsonl"
     workload = subprocess.Popen([sys.executable, "-m", "haqueue.lab.idworkload", "--host", "127.0.0.1",
                                  "--port", str(port), "--history", str(history), "--clients", "3",
-                                 "--rate", "200"])
+                                 "--rate", "200", "--rules", "counter"])
     try:
         def acknowledged() -> int:
             return history.read_text().count('"type":"ok"') if history.exists() else 0

@@ -184,6 +184,10 @@ def test_director_reports_vrrp_state_and_whether_ip_vs_has_the_virtual_server():
     f.ip_vs += f"UDP  {int(ipaddress.IPv4Address(VIP)):08X}:04B0 rr ops\n"
     rows = rows_by_check(check.evaluate(cluster, director, "director", f))
     assert rows["ip_vs"] == (OK, f"virtual server {VIP}:{cluster.client_port}/tcp, {VIP}:1200/udp configured")
+    # And Gearman's TCP virtual server when the cluster serves it.
+    cluster = parse_cluster(cluster_text(directors=True).replace("[cluster]\n", "[cluster]\ngearman_port = 4730\n", 1))
+    rows = rows_by_check(check.evaluate(cluster, director, "director", f))
+    assert rows["ip_vs"] == (WARN, f"no virtual server {VIP}:4730/tcp yet (keepalived adds it at start)")
 
 
 def test_one_host_lab_on_lo_holds_the_vip_on_its_own_interface():
@@ -225,7 +229,10 @@ def test_table_has_a_header_and_one_line_per_row():
 
 # -- the real command in a network namespace --------------------------------------
 
-needs_root = pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)
+def needs_root(test):
+    """Marked `root` (it creates namespaces: `-m "not root"` leaves it out even when run as
+    root) and skipped with a reason when not root."""
+    return pytest.mark.root(pytest.mark.skipif(NOT_ROOT, reason=NOT_ROOT_REASON)(test))
 
 
 def run_check(ns: str, config, *args: str) -> tuple[int, dict[str, tuple[str, str]], dict]:
@@ -250,7 +257,6 @@ def write_cluster(tmp_path, **kw):
     return path
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_leader_holding_the_vip_with_keepalived_passes(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -265,7 +271,6 @@ def test_namespace_leader_holding_the_vip_with_keepalived_passes(host, tmp_path)
     assert rows["keepalived"] == (OK, f"running (pid {ka_pid})")
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_follower_holding_the_vip_fails(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -276,7 +281,6 @@ def test_namespace_follower_holding_the_vip_fails(host, tmp_path):
     assert rows[VIP_ROW][0] == FAIL and "follower" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_follower_without_the_vip_is_fine_and_leader_without_it_fails(host, tmp_path):
     with admin_endpoint(host, NODE, 503) as port:
@@ -288,7 +292,6 @@ def test_namespace_follower_without_the_vip_is_fine_and_leader_without_it_fails(
     assert rows[VIP_ROW][0] == FAIL and "Raft leader" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_unreachable_admin_endpoint_is_reported_not_a_crash(host, tmp_path):
     add_address(host, "eth1", f"{VIP}/24")
@@ -299,7 +302,6 @@ def test_namespace_unreachable_admin_endpoint_is_reported_not_a_crash(host, tmp_
     assert rows[VIP_ROW][0] == WARN and "cannot tell" in rows[VIP_ROW][1]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_keepalived_in_another_namespace_does_not_count(host, tmp_path):
     with netns() as other, keepalived(other, tmp_path):
@@ -311,7 +313,6 @@ def test_namespace_keepalived_in_another_namespace_does_not_count(host, tmp_path
                         detail), detail
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_interface_down_or_missing_fails(tmp_path):
     config = write_cluster(tmp_path)
@@ -327,7 +328,6 @@ def test_namespace_interface_down_or_missing_fails(tmp_path):
         assert rows[f"address {NODE}"] == (FAIL, "on eth9, not on eth1 as the cluster file says")
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_without_any_cluster_address_asks_for_node_in_one_line(tmp_path):
     with netns() as ns:
@@ -339,7 +339,6 @@ def test_namespace_without_any_cluster_address_asks_for_node_in_one_line(tmp_pat
         "n3=198.18.0.13); pass --node"]
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_real_server_with_vip_on_lo_and_arp_sysctls_passes(host, tmp_path):
     config = write_cluster(tmp_path, directors=True)
@@ -362,7 +361,6 @@ def test_namespace_real_server_with_vip_on_lo_and_arp_sysctls_passes(host, tmp_p
     assert code == 0, report
 
 
-@pytest.mark.root
 @needs_root
 def test_namespace_check_prints_a_table_without_json(host, tmp_path):
     result = ops_in_netns(host, "check", "--config", str(write_cluster(tmp_path)), "--node", "n1")

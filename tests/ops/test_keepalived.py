@@ -125,9 +125,23 @@ def test_check_script_passes_bash_n_and_shellcheck(tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
-def run_script(path: Path, iface: str, vip: str, flag: Path, netns_name: str | None = None, flip_after=None):
-    """Run the check script with `test -e FLAG` as the leader check; return (status, seconds)."""
-    argv = [str(path), iface, vip, "50", "test", "-e", str(flag)]
+def run_check(tmp_path: Path, *, leader: bool, holds_vip: bool, flip_after: float | None = None):
+    """Run the rendered check script once, with `test -e FLAG` as the leader check, on a node
+    that leads (or not) and holds the VIP (or not). With flip_after, leadership flips that
+    many seconds in. Returns (status, seconds from the start, or from the flip)."""
+    flag = tmp_path / "leader"
+    if leader:
+        flag.touch()
+    script = script_file(tmp_path)
+    if not holds_vip:
+        return _run_script(script, "lo", flag, flip_after=flip_after)  # the VIP is not on lo
+    require_root_tools()
+    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
+        return _run_script(script, "eth1", flag, ns, flip_after=flip_after)
+
+
+def _run_script(path: Path, iface: str, flag: Path, netns_name: str | None = None, flip_after=None):
+    argv = [str(path), iface, "198.18.2.100", "50", "test", "-e", str(flag)]
     if netns_name:
         argv = ["ip", "netns", "exec", netns_name] + argv
     start = time.monotonic()
@@ -146,33 +160,26 @@ def run_script(path: Path, iface: str, vip: str, flag: Path, netns_name: str | N
 
 
 def test_check_script_makes_a_leader_without_the_vip_eligible_at_once(tmp_path):
-    flag = tmp_path / "leader"
-    flag.touch()
-    status, took = run_script(script_file(tmp_path), "lo", "198.18.2.100", flag)
+    status, took = run_check(tmp_path, leader=True, holds_vip=False)
     assert status == 0 and took < 0.3
 
 
 def test_check_script_reports_a_follower_at_the_end_of_its_window(tmp_path):
-    status, took = run_script(script_file(tmp_path), "lo", "198.18.2.100", tmp_path / "leader")
+    status, took = run_check(tmp_path, leader=False, holds_vip=False)
     assert status == 1
     # It watched for most of the second, but ended before keepalived's next run.
     assert 0.5 < took < 1.0
 
 
 def test_check_script_exits_the_moment_a_follower_becomes_leader(tmp_path):
-    flag = tmp_path / "leader"
-    status, after_flip = run_script(script_file(tmp_path), "lo", "198.18.2.100", flag, flip_after=0.3)
+    status, after_flip = run_check(tmp_path, leader=False, holds_vip=False, flip_after=0.3)
     assert status == 0
     assert after_flip < 0.25
 
 
 @pytest.mark.root
 def test_check_script_makes_the_vip_holder_give_up_soon_after_losing_leadership(tmp_path):
-    require_root_tools()
-    flag = tmp_path / "leader"
-    flag.touch()
-    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
-        status, after_flip = run_script(script_file(tmp_path), "eth1", "198.18.2.100", flag, ns, flip_after=0.2)
+    status, after_flip = run_check(tmp_path, leader=True, holds_vip=True, flip_after=0.2)
     assert status == 1
     # Two failed checks in a row, one poll apart.
     assert after_flip < 0.35
@@ -180,19 +187,13 @@ def test_check_script_makes_the_vip_holder_give_up_soon_after_losing_leadership(
 
 @pytest.mark.root
 def test_check_script_keeps_a_leader_holding_the_vip(tmp_path):
-    require_root_tools()
-    flag = tmp_path / "leader"
-    flag.touch()
-    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
-        status, took = run_script(script_file(tmp_path), "eth1", "198.18.2.100", flag, ns)
+    status, took = run_check(tmp_path, leader=True, holds_vip=True)
     assert status == 0 and 0.5 < took < 1.0
 
 
 @pytest.mark.root
 def test_check_script_makes_a_follower_holding_the_vip_give_it_up(tmp_path):
-    require_root_tools()
-    with netns({"eth1": ["198.18.2.11/24", "198.18.2.100/24"]}) as ns:
-        status, took = run_script(script_file(tmp_path), "eth1", "198.18.2.100", tmp_path / "leader", ns)
+    status, took = run_check(tmp_path, leader=False, holds_vip=True)
     assert status == 1 and took < 0.4
 
 

@@ -147,15 +147,15 @@ def test_reserved_ports_are_every_port_of_every_node_in_the_cluster_file(tmp_pat
     assert got["net.ipv4.ip_local_reserved_ports"] == "21300,21400,21500,21501"
 
 
-def test_reserved_ports_include_the_id_services_udp_port(tmp_path):
+def test_reserved_ports_include_the_id_services_udp_port_and_the_gearman_port(tmp_path):
     path = tmp_path / "local.toml"
     path.write_text(
         '[cluster]\nname = "local"\nvip = "127.0.0.100/8"\nsecret = "s"\n'
-        'client_port = 21300\nraft_port = 21400\nadmin_port = 21500\nid_port = 21200\n'
+        'client_port = 21300\nraft_port = 21400\nadmin_port = 21500\nid_port = 21200\ngearman_port = 21730\n'
         '[[nodes]]\nid = "a"\naddress = "127.0.0.11"\ninterface = "lo"\npriority = 3\n'
     )
     got = keys(rendered("node", path))
-    assert got["net.ipv4.ip_local_reserved_ports"] == "21200,21300,21400,21500"
+    assert got["net.ipv4.ip_local_reserved_ports"] == "21200,21300,21400,21500,21730"
 
 
 def test_stdout_with_one_role_is_the_file_itself_ready_to_pipe():

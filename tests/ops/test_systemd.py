@@ -170,22 +170,15 @@ def test_data_dir_outside_var_lib_becomes_read_write_path():
     assert "ExecStart=/opt/haqueue/bin/haqueue serve --config /etc/haqueue/jobs-eu.toml --node beta" in unit
 
 
-def test_a_port_below_1024_gets_only_net_bind_service():
+@pytest.mark.parametrize(("key", "port"), [("client_port", 300), ("id_port", 200), ("gearman_port", 730)])
+def test_a_port_below_1024_gets_only_net_bind_service(key, port):
     cluster = parse_cluster(
-        '[cluster]\nname = "x"\nvip = "192.0.2.100/24"\nsecret = "s"\nclient_port = 300\n'
+        f'[cluster]\nname = "x"\nvip = "192.0.2.100/24"\nsecret = "s"\n{key} = {port}\n'
         '[[nodes]]\nid = "n1"\naddress = "192.0.2.11"\ninterface = "eth1"\npriority = 100\n'
     )
     unit = systemd.render(cluster, None, "x")[0].text
+    assert f"Port(s) {port} below 1024" in unit
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n" in unit
-
-
-def test_an_id_port_below_1024_gets_net_bind_service():
-    cluster = parse_cluster(
-        '[cluster]\nname = "x"\nvip = "192.0.2.100/24"\nsecret = "s"\nid_port = 200\n'
-        '[[nodes]]\nid = "n1"\naddress = "192.0.2.11"\ninterface = "eth1"\npriority = 100\n'
-    )
-    unit = systemd.render(cluster, None, "x")[0].text
-    assert "Port(s) 200 below 1024" in unit and "AmbientCapabilities=CAP_NET_BIND_SERVICE\n" in unit
 
 
 def test_keepalived_dropin_orders_after_haqueue_and_delays_start():

@@ -5,29 +5,26 @@ drops a connection on the first send after `connectionTimeout` without
 reading anything, so a follower's first request_vote after a leader dies
 would be lost and the election would need a second timeout round (measured:
 failover ~1 s instead of ~0.5 s). ReplicatedQueue keeps every link alive.
+Nodes ticked by hand in virtual time (tests/support/ticked.py).
 """
 
 from __future__ import annotations
 
 import gc
-import time
 import weakref
 
 import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported safely first)
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
-from tests.replication.raft_nodes import running_cluster, wait_for
+from tests.support.ticked import ticked_cluster
 
 
 def test_follower_to_follower_link_survives_a_quiet_period_longer_than_the_connection_timeout():
-    timing = RaftTiming()
-    with running_cluster(timing) as nodes:
-        a, b = [n for n in nodes if not n._isLeader()]
-        time.sleep(timing.connection_timeout * 2)  # nothing to replicate: only heartbeats flow
+    with ticked_cluster() as cluster:
+        a, b = cluster.followers()
+        cluster.run(seconds=cluster.timing.connection_timeout * 2)  # nothing to replicate: only heartbeats flow
 
-        transport = a._SyncObj__transport
+        transport = a.transport
         to_b = next(node for node in transport._connections if node.address == b.selfNode.address)
         # What a candidate does first: send to its peer. The link must carry it.
         assert transport.send(to_b, {"type": "haqueue-probe"})
@@ -38,9 +35,9 @@ def test_a_dropped_incoming_link_is_freed_by_reference_counting():
     # pysyncobj wires an accepted connection to itself through its callbacks;
     # once down it must not need the cycle collector, which the server keeps
     # from walking frozen objects (haqueue/server/gc_policy.py).
-    with running_cluster(RaftTiming()) as nodes:
+    with ticked_cluster() as cluster:
         accepted = None
-        for acceptor in nodes:
+        for acceptor in cluster.nodes:
             transport = acceptor.transport
             for peer_node, conn in transport._connections.items():
                 if conn not in transport._outgoing:
@@ -52,25 +49,19 @@ def test_a_dropped_incoming_link_is_freed_by_reference_counting():
         acceptor, peer_node, conn = accepted
         gone = weakref.ref(conn)
         del conn, accepted
-        peer = next(n for n in nodes if n.selfNode.address == peer_node.address)
-        partners = [n.selfNode.address for n in nodes if n is not peer]
+        peer = next(n for n in cluster.nodes if n.selfNode.address == peer_node.address)
         gc.disable()
         try:
-            peer.stop()  # its side closes: the acceptor sees the link go down
-            restarted = ReplicatedQueue(peer_node.address, partners, data_dir=None, policy=NEVER, secret="s",
-                                        timing=RaftTiming())
-            restarted.start()
-            try:
-                # The restarted peer connects again, replacing the dead link.
-                assert wait_for(lambda: acceptor.transport._connections.get(peer_node) not in (None, gone()), 5)
-                # pysyncobj's poller may still map the dead link's old fd to it
-                # until a new socket reuses the number; do what that reuse does.
-                callbacks = acceptor._poller._PollPoller__descrToCallbacks
-                for fd, callback in list(callbacks.items()):
-                    if getattr(callback, "__self__", None) is gone():
-                        callbacks.pop(fd)
-                assert gone() is None, "the dead connection is kept alive by a cycle"
-            finally:
-                restarted.stop()
+            cluster.restart(peer)  # its side closes: the acceptor sees the link go down
+            # The restarted peer connects again, replacing the dead link.
+            cluster.run_until(lambda: acceptor.transport._connections.get(peer_node) not in (None, gone()),
+                              seconds=2, what="the restarted peer's new link")
+            # pysyncobj's poller may still map the dead link's old fd to it
+            # until a new socket reuses the number; do what that reuse does.
+            callbacks = acceptor._poller._PollPoller__descrToCallbacks
+            for fd, callback in list(callbacks.items()):
+                if getattr(callback, "__self__", None) is gone():
+                    callbacks.pop(fd)
+            assert gone() is None, "the dead connection is kept alive by a cycle"
         finally:
             gc.enable()

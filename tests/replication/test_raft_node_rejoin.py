@@ -12,14 +12,13 @@ first, which peers that still hear a leader refuse (raft_node point 9).
 The partitions here drop messages where pysyncobj receives them, while the TCP
 links stay up: the first second of a real partition, for as long as the test
 likes. The chaos lab's cut-follower scenario does the same with real routes.
+The nodes are ticked by hand in virtual time (tests/support/ticked.py): "for
+several election timeouts" is a number of rounds, run in milliseconds.
 """
 
 from __future__ import annotations
 
-import time
-
-from haqueue.replication.raft_node import RaftTiming
-from tests.replication.raft_nodes import drop_messages, heal, running_cluster, wait_for
+from tests.support.ticked import drop_messages, heal, ticked_cluster
 
 
 def _cut(nodes, victim) -> list:
@@ -34,36 +33,34 @@ def _cut_between(a, b) -> list:
 
 
 def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader():
-    timing = RaftTiming()
-    with running_cluster(timing) as nodes:
-        leader = next(n for n in nodes if n._isLeader())
-        victim = next(n for n in nodes if not n._isLeader())
+    with ticked_cluster() as cluster:
+        leader, timing = cluster.leader(), cluster.timing
+        victim = cluster.followers()[0]
         term = leader.raftCurrentTerm
 
-        saved = _cut(nodes, victim)
-        time.sleep(timing.election_max * 4)  # the cut is the fault: several election timeouts alone
-        assert victim.raftCurrentTerm == term, "the cut-off follower campaigned"
+        saved = _cut(cluster.nodes, victim)
+        prevotes_before = victim._prevote_round
+        cluster.run_while(lambda: victim.raftCurrentTerm == term, seconds=timing.election_max * 4,
+                          what="the cut-off follower's term (it must not campaign)")
+        # Hearing no majority, it did not even ask for a pre-vote.
+        assert victim._prevote_round == prevotes_before
         heal(saved)
 
-        assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
-        time.sleep(timing.election_max * 2)  # time in which a deposition would show
-        assert leader._isLeader() and leader.raftCurrentTerm == term, "the healed follower deposed the leader"
+        cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
+                          what="the healed follower rejoining")
+        cluster.run_while(lambda: leader._isLeader() and leader.raftCurrentTerm == term,
+                          seconds=timing.election_max * 2, what="the leader's leadership after the heal")
 
 
 def test_a_cut_off_leader_loses_its_read_lease_before_anyone_can_replace_it():
-    timing = RaftTiming()
-    with running_cluster(timing) as nodes:
-        leader = next(n for n in nodes if n._isLeader())
-        assert wait_for(leader.read_lease_valid, 2)
-        saved = _cut(nodes, leader)
-        try:
-            cut_at = time.monotonic()
-            assert wait_for(lambda: not leader.read_lease_valid(), 2)
-            lost_after = time.monotonic() - cut_at
-            # Gone before the followers may even start an election.
-            assert lost_after < timing.election_min, lost_after
-        finally:
-            heal(saved)
+    with ticked_cluster() as cluster:
+        leader, timing = cluster.leader(), cluster.timing
+        cluster.run_until(leader.read_lease_valid, seconds=1, what="the leader's read lease")
+        _cut(cluster.nodes, leader)
+        lost_after = cluster.run_until(lambda: not leader.read_lease_valid(), seconds=2,
+                                       what="the cut-off leader losing its lease")
+        # Gone before the followers may even start an election.
+        assert lost_after < timing.election_min, lost_after
 
 
 def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
@@ -72,21 +69,21 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
     # one that still hears the leader says no. Without pre-vote it campaigned,
     # the other follower took its higher term and stopped acknowledging the
     # leader, and leadership moved (or flapped) for as long as the cut lasted.
-    timing = RaftTiming()
-    with running_cluster(timing) as nodes:
-        leader = next(n for n in nodes if n._isLeader())
-        victim, bystander = [n for n in nodes if not n._isLeader()]
+    with ticked_cluster() as cluster:
+        leader, timing = cluster.leader(), cluster.timing
+        victim, bystander = cluster.followers()
         term = leader.raftCurrentTerm
 
         saved = _cut_between(leader, victim)
-        deadline = time.monotonic() + timing.election_max * 5
-        while time.monotonic() < deadline:
-            assert leader._isLeader() and bystander._getLeader() == leader.selfNode, "leadership moved"
-            time.sleep(0.01)
-        assert {n.raftCurrentTerm for n in nodes} == {term}, "someone campaigned"
+        prevotes_before = victim._prevote_round
+        cluster.run_while(lambda: leader._isLeader() and bystander._getLeader() == leader.selfNode,
+                          seconds=timing.election_max * 5, what="the leadership")
+        assert {n.raftCurrentTerm for n in cluster.nodes} == {term}, "someone campaigned"
+        assert victim._prevote_round > prevotes_before, "the victim never asked: the test cut nothing"
         heal(saved)
 
-        assert wait_for(lambda: victim._getLeader() == leader.selfNode, 3), "the healed follower did not rejoin"
+        cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
+                          what="the healed follower rejoining")
         assert leader._isLeader() and leader.raftCurrentTerm == term
 
 
@@ -95,18 +92,12 @@ def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
     # link before its request_vote arrived). pysyncobj ignores append_entries
     # of a lower term, and peers that hear their leader refuse it a pre-vote:
     # only an election at its higher term can bring it back, so it holds one.
-    with running_cluster(RaftTiming()) as nodes:
-        victim = next(n for n in nodes if not n._isLeader())
+    with ticked_cluster() as cluster:
+        victim = cluster.followers()[0]
         term = victim.raftCurrentTerm
-        saved = _cut(nodes, victim)
-        with victim.state_lock:
-            victim._SyncObj__setCurrentTerm(term + 1, None)
+        saved = _cut(cluster.nodes, victim)
+        victim._SyncObj__setCurrentTerm(term + 1, None)  # no tick runs meanwhile: no lock needed
         heal(saved)
 
-        def whole() -> bool:
-            leaders = [n for n in nodes if n._isLeader()]
-            return (len(leaders) == 1 and all(n._getLeader() == leaders[0].selfNode for n in nodes)
-                    and len({n.raftCurrentTerm for n in nodes}) == 1)
-
-        assert wait_for(whole, 5), [(n.raftCurrentTerm, n._getLeader()) for n in nodes]
+        cluster.run_until(cluster.settled, seconds=5, what="one leader of one term again")
         assert victim.raftCurrentTerm > term + 1

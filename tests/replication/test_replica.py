@@ -11,8 +11,9 @@ from pathlib import Path
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.lone import LoneReplica
-from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike
-from tests.replication.raft_nodes import free_ports
+from haqueue.replication.raft_node import ROLE_NAMES
+from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike, _term_of
+from tests.support.ticked import free_ports, ticked_cluster
 
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
 # Inside the replication package, the modules that touch pysyncobj, each for a reason
@@ -106,3 +107,23 @@ def test_a_lone_replica_leads_and_returns_each_entry_s_results_and_effects():
 def test_a_lone_replica_offers_everything_the_interface_names():
     lone = LoneReplica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
     assert isinstance(lone, ReplicaLike)
+
+
+def test_a_candidate_is_announced_with_the_term_it_stands_for():
+    """pysyncobj reports the candidate state before raising the term it stands for; the
+    façade's role callback names the election's term, the one the winner then leads in."""
+    nodes: list = []
+    announced: list[tuple[str, int]] = []
+
+    def on_role_change(role: str) -> None:
+        # Every node shares this callback; the candidate is the one whose state says so.
+        node = next((n for n in nodes if ROLE_NAMES[n._SyncObj__raftState] == role), None)
+        if node is not None:
+            announced.append((role, _term_of(role, node.raftCurrentTerm)))
+
+    with ticked_cluster(elect=False, on_role_change=on_role_change) as cluster:
+        nodes.extend(cluster.nodes)
+        cluster.run_until(cluster.settled, seconds=5, what="a leader everyone follows")
+        leader = cluster.leader()
+        assert ("leader", leader.raftCurrentTerm) in announced
+        assert ("candidate", leader.raftCurrentTerm) in announced

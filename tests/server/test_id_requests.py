@@ -17,36 +17,22 @@ from haqueue.core.ids import IdState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
+from tests.support.held import HeldCommands, Lease
 
 NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z
 
 
-class Held:
+class Held(HeldCommands):
     """Commands waiting for their entry's commit; commit() applies them, fail() loses them."""
 
     def __init__(self, state) -> None:
+        super().__init__()
         self.state = state
-        self.waiting: list[tuple] = []
-
-    def submit(self, command, continuation) -> None:
-        self.waiting.append((command, continuation))
 
     def commit(self) -> None:
         waiting, self.waiting = self.waiting, []
         for (_, rule, app, n), continuation in waiting:
             continuation(self.state.ids.reserve(rule, app, n, NOW))
-
-    def fail(self) -> None:
-        waiting, self.waiting = self.waiting, []
-        for _, continuation in waiting:
-            continuation(None)
-
-
-class Lease:
-    valid = True
-
-    def read_lease_valid(self) -> bool:
-        return self.valid
 
 
 class Node:
@@ -149,3 +135,16 @@ def test_a_flood_beyond_the_pending_cap_is_dropped_not_queued(monkeypatch):
     assert len(node.batcher.waiting) == 3 and replies == [(None, None), (None, None)]
     node.batcher.commit()
     assert requests.pending == 0
+
+
+def test_source_limit_buckets_refill_are_per_address_and_bounded():
+    limit = ids_udp.SourceLimit(rate=1000, max_sources=2)  # burst 200
+    assert sum(limit.allow("a", 0.0) for _ in range(300)) == 200
+    assert limit.allow("b", 0.0)  # another address has its own bucket
+    assert sum(limit.allow("a", 0.05) for _ in range(100)) == 50  # refilled at 1000/s
+    # Beyond max_sources, new addresses share one bucket.
+    assert sum(limit.allow(f"spoofed{i}", 0.05) for i in range(300)) == 200
+    assert limit.dropped == 100 + 50 + 100
+    # Buckets that filled again are forgotten to make room.
+    assert limit.allow("c", 10.0) and "c" in limit.buckets
+    assert all(ids_udp.SourceLimit(rate=0).allow("a", 0.0) for _ in range(10_000))

@@ -44,9 +44,13 @@ def test_a_cancelled_precise_timer_does_not_fire():
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        timer = PreciseTimer(loop, time.monotonic() + 0.01, lambda: fired.append(1))
+        now = time.monotonic()
+        timer = PreciseTimer(loop, now + 0.01, lambda: fired.append(1))
         timer.cancel()
-        await asyncio.sleep(0.03)
+        # A later timer that does fire: by then the cancelled one would have (timers keep order).
+        later = loop.create_future()
+        PreciseTimer(loop, now + 0.02, lambda: later.set_result(None))
+        await asyncio.wait_for(later, 5)
 
     uvloop.run(main())
     assert fired == []

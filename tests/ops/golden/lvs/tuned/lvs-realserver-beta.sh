@@ -16,10 +16,10 @@
 #   that are routed via ens19, which strict mode (1) would drop.
 # - MTU/MSS lowered by 20 bytes: a full-size client segment plus the outer
 #   header would not fit the director-to-node link. tunl0 gets MTU-20, and SYN-ACKs
-#   from VIP:11300 announce MSS = MTU - 20 - 40, so clients never send more.
+#   from the VIP (every TCP port it serves) announce MSS = MTU - 20 - 40,
+#   so clients never send more.
 set -euo pipefail
 VIP=10.20.0.50
-PORT=11300
 
 case "${1:-start}" in
 start)
@@ -31,15 +31,15 @@ start)
     ip link set tunl0 up mtu $(( mtu - 20 ))
     sysctl -q -w net.ipv4.conf.tunl0.rp_filter=2
     mss=$(( mtu - 20 - 40 ))
-    rule=(OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
+    rule=(OUTPUT -s "$VIP" -p tcp --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss")
     iptables -t mangle -C "${rule[@]}" 2>/dev/null || iptables -t mangle -A "${rule[@]}"
     ;;
 stop)
     ip addr del "$VIP/32" dev lo 2>/dev/null || true
     mtu=$(cat "/sys/class/net/ens19/mtu")
     mss=$(( mtu - 20 - 40 ))
-    iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --sport "$PORT" --tcp-flags "SYN,RST" SYN \
-        -j TCPMSS --set-mss "$mss" 2>/dev/null || true
+    iptables -t mangle -D OUTPUT -s "$VIP" -p tcp --tcp-flags "SYN,RST" SYN -j TCPMSS --set-mss "$mss" \
+        2>/dev/null || true
     ;;
 *)
     echo "usage: ${0##*/} start|stop" >&2

@@ -1,0 +1,323 @@
+"""GearmanService: the Gearman front end of a leader — its listener, its connections, its wake-ups.
+
+A second front end on the same log, as the id service is (ids_udp.py): the
+queue itself is GearmanState inside QueueState (core/gearman.py), changed
+only by log entries; this object owns what belongs to the leader's process
+and dies with its leadership:
+- the listener on the Gearman port (and the VIP), open only while this node
+  serves as leader, like the beanstalkd port (app.py opens and closes both);
+- the connections (gearman_session.py) by connection id, so that a worker's
+  WORK_* reach the clients a job names;
+- which connection can do which function, and which workers sleep
+  (PRE_SLEEP) waiting for a NOOP: after each applied entry, the functions in
+  which a job became grabbable (Effects.gearman_woken) wake theirs;
+- the admin protocol's answers (gearman_admin.py words them);
+- `shutdown graceful`: no new connections, the node stops when the last closes.
+
+A connection's id comes from the leader's connection counter, shared with
+beanstalkd connections (epoch << 32 | serial), so a new leader's
+RELEASE_ORPHANS drops every Gearman connection of the old one: its workers'
+jobs go back to their queues, foreground jobs whose clients are gone end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from haqueue import __version__
+from haqueue.core import commands as C
+from haqueue.protocol import gearman as P
+from haqueue.server import gearman_admin as A
+from haqueue.server.gearman_session import GearmanSession
+
+log = logging.getLogger(__name__)
+
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
+
+
+class RefusedGearmanConnection(asyncio.Protocol):
+    def connection_made(self, transport) -> None:
+        transport.close()
+
+
+class GearmanService:
+    def __init__(self, server, host: str, port: int, vip: str | None = None) -> None:
+        self.server = server  # haqueue.server.app.QueueServer
+        self.host = host
+        self.port = port
+        self.vip = vip if vip != host else None
+        self.sessions: dict[int, GearmanSession] = {}
+        self.workers: dict[str, set[GearmanSession]] = {}  # function -> connections that can do it
+        self.sleepers: dict[str, set[GearmanSession]] = {}  # function -> those waiting for a NOOP
+        self._listeners: list[asyncio.AbstractServer] = []
+        self._vip_retry: asyncio.TimerHandle | None = None
+        self.open_ = False
+        self.stop_when_idle = False  # `shutdown graceful` was asked
+
+    # What sessions use of the server, in one place (the SessionHost of Gearman).
+    @property
+    def loop(self):
+        return self.server.loop
+
+    @property
+    def max_job_size(self) -> int:
+        return self.server.max_job_size
+
+    @property
+    def limits(self):
+        return self.server.limits
+
+    @property
+    def replica(self):
+        return self.server.replica
+
+    @property
+    def batcher(self):
+        return self.server.batcher
+
+    @property
+    def turns(self):
+        return self.server.turns
+
+    @property
+    def memory(self):
+        return self.server.memory
+
+    @property
+    def counters(self):
+        return self.server.counters
+
+    @property
+    def serving(self) -> bool:
+        return self.server.serving
+
+    @property
+    def draining(self) -> bool:
+        return self.server.draining
+
+    @property
+    def dirty(self):
+        return self.server.dirty
+
+    @property
+    def state(self):
+        return self.server.state
+
+    @property
+    def state_lock(self):
+        return self.server.state_lock
+
+    # -------------------------------------------------------------- listener
+    async def open(self) -> None:
+        """Listen on host:port (OSError, with the system's words, if it cannot), and on the
+        VIP, retried until it binds."""
+        self.open_ = True
+        self.stop_when_idle = False
+        await self._listen(_bound(self.host, self.port, False))
+        if self.vip is not None:
+            await self._open_vip()
+
+    async def _listen(self, sock: socket.socket) -> None:
+        """Serve on a bound socket, unless closed meanwhile (leadership lost while awaiting:
+        the socket must not stay bound, or the next term could not bind the port)."""
+        try:
+            listener = await self.loop.create_server(self._new_session, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        if self.open_:
+            self._listeners.append(listener)
+        else:
+            listener.close()
+
+    async def _open_vip(self) -> None:
+        self._vip_retry = None
+        if not self.open_:
+            return
+        try:
+            sock = _bound(self.vip, self.port, freebind=True)
+        except OSError as exc:
+            # Another node on this host still holds it (a loopback cluster in transition).
+            log.warning("cannot serve Gearman on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
+            self._vip_retry = self.loop.call_later(0.2, lambda: self.loop.create_task(self._open_vip()))
+            return
+        await self._listen(sock)
+
+    def addresses(self) -> list[tuple]:
+        return [s.getsockname() for listener in self._listeners for s in listener.sockets]
+
+    def close(self, graceful: bool = False) -> None:
+        """Leadership is gone (or the node stops): no listener, no connection."""
+        self.open_ = False
+        self._close_listeners()
+        for session in list(self.sessions.values()):
+            if graceful:
+                session.flush()
+                if session.transport is not None:
+                    session.transport.close()
+            else:
+                session.abort()
+        self.sleepers.clear()
+
+    def _close_listeners(self) -> None:
+        if self._vip_retry is not None:
+            self._vip_retry.cancel()
+            self._vip_retry = None
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener.close()
+
+    def _new_session(self):
+        server = self.server
+        if len(server.sessions) + len(self.sessions) >= server.limits.max_connections or not self.open_:
+            server.counters.rejected_connections += 1
+            return RefusedGearmanConnection()
+        return GearmanSession(self, server.next_conn_id())
+
+    # ----------------------------------------------------------- connections
+    def session_opened(self, session: GearmanSession) -> None:
+        self.sessions[session.conn_id] = session
+        # Not in beanstalkd's total-connections: `stats` counts beanstalkd connections only.
+        self.server.counters.gearman_connections += 1
+
+    def session_closed(self, session: GearmanSession) -> None:
+        self.sessions.pop(session.conn_id, None)
+        self.drop_ability(session, None)
+        self.server.dirty.discard(session)
+        if self.serving:
+            with self.state_lock:
+                holds = self.state.gearman.holds(session.conn_id)
+            if holds or session.in_flight:
+                # After anything it still had in flight (log order is submit order):
+                # its running jobs go back to the head of their queues.
+                self.batcher.submit((C.GM_DROP_CONN, session.conn_id), _ignore)
+        if self.stop_when_idle and not self.sessions:
+            log.info("shutdown graceful: the last Gearman connection closed; stopping")
+            self.server.request_stop()
+
+    # ------------------------------------------------------------- abilities
+    def set_ability(self, session: GearmanSession, function: str, timeout: int) -> None:
+        session.abilities[function] = timeout
+        self.workers.setdefault(function, set()).add(session)
+        if session.sleeping:
+            self.sleepers.setdefault(function, set()).add(session)
+
+    def drop_ability(self, session: GearmanSession, function: str | None) -> None:
+        """CANT_DO (one function) or RESET_ABILITIES (None: all of them)."""
+        names = list(session.abilities) if function is None else [function]
+        for name in names:
+            if session.abilities.pop(name, None) is None and function is not None:
+                continue
+            for index in (self.workers, self.sleepers):
+                members = index.get(name)
+                if members is not None:
+                    members.discard(session)
+                    if not members:
+                        del index[name]
+
+    # ----------------------------------------------------- sleep and wake-up
+    def pre_sleep(self, session: GearmanSession) -> None:
+        """PRE_SLEEP: a NOOP at once if a job waits for one of its functions, else when one does."""
+        with self.state_lock:
+            waiting = self.state.gearman.grabbable(tuple(session.abilities))
+        if waiting:
+            session._reply(P.response("NOOP"))
+            return
+        session.sleeping = True
+        for name in session.abilities:
+            self.sleepers.setdefault(name, set()).add(session)
+
+    def wake_off(self, session: GearmanSession) -> None:
+        """The worker is awake (it grabs): no NOOP is owed any more."""
+        if not session.sleeping:
+            return
+        session.sleeping = False
+        for name in session.abilities:
+            members = self.sleepers.get(name)
+            if members is not None:
+                members.discard(session)
+                if not members:
+                    del self.sleepers[name]
+
+    def wake(self, functions) -> None:
+        """After an entry: jobs became grabbable in these functions; every sleeping worker
+        that can do one gets a NOOP (gearmand wakes them all too)."""
+        woken = set()
+        for name in functions:
+            woken.update(self.sleepers.get(name, ()))
+        for session in sorted(woken, key=lambda s: s.conn_id):
+            self.wake_off(session)
+            session.send(P.response("NOOP"))
+
+    # ------------------------------------------------------------ forwarding
+    def forward(self, clients, name: str, *args: bytes) -> None:
+        """A worker's WORK_* to every client waiting for the job, on this leader."""
+        packet = P.response(name, *args)
+        for conn in clients:
+            session = self.sessions.get(conn)
+            if session is None:
+                continue
+            if name == "WORK_EXCEPTION" and not session.exceptions:
+                # Without OPTION_REQ "exceptions" a client learns only that it failed; gearmand
+                # sends the handle with a NUL after it, and so does haqueue (byte for byte).
+                session.send(P.response("WORK_FAIL", args[0] + b"\0"))
+            else:
+                session.send(packet)
+
+    # ---------------------------------------------------------------- admin
+    def admin_line(self, session: GearmanSession, line: bytes) -> None:
+        words = line.split()
+        command = words[0].lower() if words else b""
+        if command == b"status":
+            with self.state_lock:
+                counts = self.state.gearman.function_counts()
+            workers = {name: len(members) for name, members in self.workers.items()}
+            session._reply(A.status_lines(counts, workers))
+        elif command == b"workers":
+            session._reply(A.workers_lines(self.sessions.values()))
+        elif command == b"version":
+            session._reply(b"OK haqueue-%s\n" % __version__.encode())
+        elif command == b"getpid":
+            session._reply(b"OK %d\n" % os.getpid())
+        elif command == b"maxqueue":
+            parsed = A.parse_maxqueue(words)
+            if parsed is None:
+                session._reply(A.INCOMPLETE + b"maxqueue\r\n")
+                return
+            session.submit((C.GM_MAX_QUEUE, *parsed), lambda result: b"OK\r\n")
+        elif command == b"shutdown" and len(words) <= 2 and words[1:] in ([], [b"graceful"]):
+            session._reply(b"OK\n")
+            self._shutdown(graceful=len(words) == 2)
+        else:
+            session._reply(A.unknown_command(command))
+
+    def _shutdown(self, graceful: bool) -> None:
+        log.info("Gearman admin asked for shutdown%s", " (graceful)" if graceful else "")
+        if not graceful:
+            # After this entry's replies are written: the OK reaches its asker.
+            self.loop.call_soon(self.server.request_stop)
+            return
+        self.stop_when_idle = True
+        self._close_listeners()  # refuse new connections; the open ones finish
+
+
+def _ignore(result) -> None:
+    pass
+
+
+def _bound(host: str, port: int, freebind: bool) -> socket.socket:
+    """A listening TCP socket (IP_FREEBIND for the VIP: it arrives after leadership does)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if freebind:
+            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,624 @@
+"""One Gearman connection on the leader: its packets in order, its replies after commit.
+
+The Gearman counterpart of session.py, smaller because Gearman has no
+blocking reserve: a worker asks (GRAB_JOB), is told NO_JOB, says PRE_SLEEP and
+is woken with NOOP when a job for one of its functions arrives.
+
+Theory of operation. Bytes go into the sans-I/O decoder (protocol/gearman.py);
+packets and admin lines come out and are handled strictly in order. Replies
+go into `slots`, one per request, and leave in order:
+- a request that changes the queue (SUBMIT_JOB*, GRAB_JOB*, WORK_STATUS,
+  WORK_COMPLETE/FAIL/EXCEPTION, `maxqueue N`) is a command for the group-commit
+  batcher; its slot fills once its entry is committed and applied, so no reply
+  reports a change before it is committed (docs/design.md I1). A job handed
+  out (JOB_ASSIGN*) is written only while the read lease holds, as RESERVED is;
+- a request that reads the queue (GET_STATUS*, `status`, `workers`) or that
+  forwards to clients (WORK_DATA, WORK_WARNING) waits until this connection's
+  earlier requests are applied, so it sees them and keeps their order;
+- the rest (ECHO, CAN_DO, OPTION_REQ, PRE_SLEEP, ...) is answered at once.
+WORK_* reach the job's clients through the service (gearman_service.py),
+which appends them to each client's slots, behind what it was already told.
+An entry whose outcome is unknown (leadership lost) closes the connection
+without a reply.
+
+Flow control as session.py's, with limits.py's numbers: requests are decoded
+only while fewer than MAX_IN_FLIGHT are in flight and the unsent output is
+under OUTPUT_HIGH; a blocked connection's input stops being read at
+INPUT_HIGH, so TCP pushes back; one that does not read what it is sent is
+closed at OUTPUT_HARD, or after output_timeout above OUTPUT_HIGH. Each
+connection runs at most COMMANDS_PER_TURN requests, then yields (turns.py).
+
+Bad input: a packet whose framing is lost (wrong magic, larger than the job
+size allows, an admin line without end) gets an ERROR packet and a close; a
+packet of an unknown type, with the wrong number of arguments, over an
+argument limit or sent by the wrong role gets an ERROR and the connection
+goes on. Nothing a client sends raises out of here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from functools import partial
+
+from haqueue.core import commands as C
+from haqueue.core.gearman import HIGH, LOW, NORMAL
+from haqueue.protocol import gearman as P
+from haqueue.protocol.gearman import AdminLine, Packet, ProtocolError
+from haqueue.server.gc_policy import cut_transport_cycle
+from haqueue.server.gearman_admin import atoi
+from haqueue.server.limits import (COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, OUTPUT_HARD, OUTPUT_HIGH,
+                                   OUTPUT_LOW)
+
+log = logging.getLogger(__name__)
+
+# gearmand's limits (libgearman-1.0/limits.h): a function name, a unique id, a client id.
+MAX_FUNCTION = 512
+MAX_UNIQUE = 64
+MAX_CLIENT_ID = 64
+# Room for a submit's function and unique id besides its data, in the decoder's packet bound.
+ARGUMENT_ROOM = MAX_FUNCTION + MAX_UNIQUE + 64
+
+_SUBMITS = {  # packet -> (priority, background)
+    "SUBMIT_JOB": (NORMAL, False), "SUBMIT_JOB_BG": (NORMAL, True),
+    "SUBMIT_JOB_HIGH": (HIGH, False), "SUBMIT_JOB_HIGH_BG": (HIGH, True),
+    "SUBMIT_JOB_LOW": (LOW, False), "SUBMIT_JOB_LOW_BG": (LOW, True),
+    "SUBMIT_JOB_SCHED": (NORMAL, True), "SUBMIT_JOB_EPOCH": (NORMAL, True),
+}
+_WRITE, _READ, _LOCAL = range(3)
+_KIND = dict.fromkeys(_SUBMITS, _WRITE)
+_KIND.update(dict.fromkeys(("GRAB_JOB", "GRAB_JOB_UNIQ", "GRAB_JOB_ALL", "WORK_STATUS", "WORK_COMPLETE",
+                            "WORK_FAIL", "WORK_EXCEPTION"), _WRITE))
+_KIND.update(dict.fromkeys(("GET_STATUS", "GET_STATUS_UNIQUE", "WORK_DATA", "WORK_WARNING"), _READ))
+_READ_LINES = {b"status", b"workers"}
+
+
+def error(code: bytes, text: bytes) -> bytes:
+    return P.response("ERROR", code, text)
+
+
+NOT_EXPECTED = error(b"INVALID_COMMAND", b"Command not expected")
+JOB_NOT_FOUND = error(b"JOB_NOT_FOUND", b"Job given in work result not found")
+
+
+class GearmanSession(asyncio.Protocol):
+    def __init__(self, service, conn_id: int) -> None:
+        self.service = service  # gearman_service.GearmanService
+        self.conn_id = conn_id
+        self.decoder = P.GearmanDecoder(max_packet=service.max_job_size + ARGUMENT_ROOM)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "-"
+        self.queue: deque = deque()  # at most the one decoded request the pipeline waits on
+        self.slots: deque = deque()
+        self.in_flight = 0
+        self.held_bytes = 0
+        self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
+        self.output_paused = False
+        self.output_timer: asyncio.TimerHandle | None = None
+        self.lease_timer: asyncio.TimerHandle | None = None
+        self.needs_lease = False
+        self.blocked_on_writes = False
+        self.yielded = False
+        self.pumping = False
+        self.paused_reading = False
+        self.starved = True
+        self.quitting = False
+        self.closed = False
+        # Gearman's per-connection state, none of it replicated.
+        self.abilities: dict[str, int] = {}  # function -> CAN_DO_TIMEOUT seconds (0: none)
+        self.client_id = b"-"
+        self.exceptions = False  # OPTION_REQ "exceptions": WORK_EXCEPTION is forwarded as such
+        self.sleeping = False
+        self.flush_scheduled = False
+        self.job_timers: dict[str, asyncio.TimerHandle] = {}  # CAN_DO_TIMEOUT of the jobs it runs
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=OUTPUT_HIGH, low=OUTPUT_LOW)
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else "-"
+        self.service.session_opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.receive_data(data)
+        if self.yielded:
+            self._regulate_reading()
+        else:
+            self._serve()
+
+    def eof_received(self):
+        self.quitting = True  # answer what was read, then close
+        if not self.yielded:
+            self._serve()
+        self._close_if_done()
+        return True
+
+    def connection_lost(self, exc) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for timer in (self.output_timer, self.lease_timer, *self.job_timers.values()):
+            if timer is not None:
+                timer.cancel()
+        self.job_timers.clear()
+        self.service.session_closed(self)
+        cut_transport_cycle(self.transport)
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def pause_writing(self) -> None:
+        self.output_paused = True
+        timeout = self.service.limits.output_timeout
+        if timeout > 0 and self.output_timer is None:
+            self.output_timer = self.service.loop.call_later(timeout, self._close_for_output)
+
+    def resume_writing(self) -> None:
+        self.output_paused = False
+        if self.output_timer is not None:
+            self.output_timer.cancel()
+            self.output_timer = None
+        if not self.closed and not self.yielded:
+            self._serve()
+
+    def _close_for_output(self) -> None:
+        self.output_timer = None
+        if not self.closed:
+            self.service.counters.output_limit_closes += 1
+            log.warning("closing Gearman client %s: it does not read what it is sent", self.peer)
+            self.abort()
+
+    def _regulate_reading(self) -> None:
+        if self.closed:
+            return
+        pause = not self.starved and self.decoder.buffered >= INPUT_HIGH
+        if pause != self.paused_reading:
+            self.paused_reading = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    # --------------------------------------------------------------- output
+    def _reply(self, data: bytes) -> None:
+        self.slots.append([data])
+        self.held_bytes += len(data)
+
+    def send(self, data: bytes) -> None:
+        """Something for this connection from elsewhere (a worker's WORK_*, a NOOP):
+        after every reply it is owed, flushed after the current entry."""
+        if self.closed:
+            return
+        self._reply(data)
+        if self.held_bytes > OUTPUT_HARD:
+            self._close_for_output()  # its forwarded results pile up unread
+            return
+        if not self.flush_scheduled:
+            # Often outside any entry (WORK_DATA, a NOOP): written once this loop turn ends.
+            self.flush_scheduled = True
+            self.service.loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self.flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        slots = self.slots
+        if not slots or slots[0][0] is None or self.closed:
+            return
+        if self.needs_lease:
+            # A job handed out is written only while no newer leader can exist
+            # (session.py's flush says why).
+            if not self.service.replica.read_lease_valid():
+                if self.lease_timer is None:
+                    self._wait_for_lease()
+                return
+            self.needs_lease = False
+        out = []
+        while slots and slots[0][0] is not None:
+            out.append(slots.popleft()[0])
+        data = b"".join(out)
+        self.held_bytes -= len(data)
+        if data:
+            self.transport.write(data)
+            if self.output_paused and self.transport.get_write_buffer_size() > OUTPUT_HARD:
+                self._close_for_output()
+                return
+        if self.held_stalled and self.held_bytes < OUTPUT_HIGH:
+            # The pipeline stopped for replies held back; they are written: go on (a
+            # client that pipelined more than OUTPUT_HIGH of requests waits for them).
+            self.held_stalled = False
+            if not self.yielded:
+                self._yield_turn()
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        if self.closed or self.slots:
+            return
+        if self.quitting and not self.queue and (self.starved or self.decoder.buffered == 0):
+            self.transport.close()
+
+    # ------------------------------------------------------------- pipeline
+    def _serve(self) -> None:
+        self.pump()
+        self.flush()
+        self._regulate_reading()
+
+    def pump(self) -> None:
+        if self.yielded or self.closed or self.pumping:
+            return
+        self.pumping = True
+        try:
+            self._pump()
+        finally:
+            self.pumping = False
+
+    def _pump(self) -> None:
+        queue = self.queue
+        budget = COMMANDS_PER_TURN
+        self.starved = False
+        while (not self.blocked_on_writes and self.lease_timer is None and not self.output_paused
+               and self.held_bytes < OUTPUT_HIGH and self.in_flight < MAX_IN_FLIGHT and not self.closed):
+            if queue:
+                event = queue[0]
+            else:
+                event = self.decoder.next_event()
+                if event is P.NEED_DATA:
+                    self.starved = True
+                    break
+                queue.append(event)
+            if not budget:
+                self._yield_turn()
+                break
+            budget -= 1
+            kind = self._kind(event)
+            if kind is _READ:
+                if self.in_flight:
+                    self.blocked_on_writes = True
+                    break
+                if not self.service.replica.read_lease_valid():
+                    self._wait_for_lease()
+                    break
+            queue.popleft()
+            if not self.service.serving:
+                self.abort()
+                return
+            if type(event) is Packet:
+                self._packet(event)
+            elif type(event) is AdminLine:
+                self.service.admin_line(self, event.line)
+            else:
+                self._protocol_error(event)
+        if self.held_bytes >= OUTPUT_HIGH:
+            self.held_stalled = True  # flush() goes on once they are written
+        if self.paused_reading:
+            self._regulate_reading()
+        self._close_if_done()
+
+    @staticmethod
+    def _kind(event) -> int:
+        if type(event) is Packet:
+            return _KIND.get(event.name, _LOCAL)
+        if type(event) is AdminLine:
+            words = event.line.split()
+            if words and words[0] in _READ_LINES:
+                return _READ
+        return _LOCAL
+
+    def _yield_turn(self) -> None:
+        self.yielded = True
+        self.service.turns.next_turn(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.yielded = False
+        if not self.closed:
+            self._serve()
+
+    LEASE_RECHECK_S = 0.01
+
+    def _wait_for_lease(self) -> None:
+        self.lease_timer = self.service.loop.call_later(self.LEASE_RECHECK_S, self._lease_recheck)
+
+    def _lease_recheck(self) -> None:
+        self.lease_timer = None
+        if not self.closed:
+            self._serve()
+
+    def submit(self, command: tuple, on_result) -> None:
+        """Log `command`; its slot gets on_result(result) once applied (bytes, b"" for no reply).
+        on_result runs even if this connection has closed meanwhile (a worker's result must
+        still reach its clients); only the reply is then dropped."""
+        slot = [None]
+        self.slots.append(slot)
+        self.in_flight += 1
+        self.service.batcher.submit(command, partial(self._write_done, slot, on_result))
+
+    def _write_done(self, slot: list, on_result, result) -> None:
+        self.in_flight -= 1
+        if result is None:
+            self.abort()  # outcome unknown: no reply may guess it
+            return
+        reply = on_result(result)
+        if self.closed:
+            return
+        if reply is None:
+            self.abort()
+            return
+        slot[0] = reply
+        self.held_bytes += len(reply)
+        self.service.dirty.add(self)
+        if self.in_flight == 0 and self.blocked_on_writes:
+            self.blocked_on_writes = False
+            self.pump()
+        elif not self.pumping and self.in_flight == MAX_IN_FLIGHT - 1:
+            self.pump()
+
+    # ------------------------------------------------------------- requests
+    def _protocol_error(self, event: ProtocolError) -> None:
+        self.service.counters.gearman_errors += 1
+        if event.fatal:
+            code = b"INVALID_MAGIC" if event.reason.startswith("bad magic") else b"INVALID_PACKET"
+            self._reply(error(code, event.reason.encode()))
+            self.quitting = True
+            self.queue.clear()
+        else:
+            self._reply(error(b"INVALID_COMMAND", event.reason.encode()))
+
+    def _packet(self, packet: Packet) -> None:
+        handler = _HANDLERS.get(packet.name)
+        if handler is None:  # a response type sent as a request: the wrong role
+            self.service.counters.gearman_errors += 1
+            self._reply(NOT_EXPECTED)
+            return
+        handler(self, packet.args)
+
+    # clients ----------------------------------------------------------------
+    def _submit_job(self, name: str, args: tuple) -> None:
+        priority, background = _SUBMITS[name]
+        function, unique, data = args[0], args[1], args[-1]
+        run_at = 0
+        if name == "SUBMIT_JOB_EPOCH":
+            run_at = _epoch_ms(args[2])
+        elif name == "SUBMIT_JOB_SCHED":
+            run_at = next_scheduled_ms(args[2:7], int(time.time() * 1000))
+        if run_at is None:
+            self._reply(error(b"INVALID_ARGUMENTS", b"Bad schedule"))
+            return
+        if len(function) > MAX_FUNCTION or len(unique) > MAX_UNIQUE:
+            self._reply(error(b"INVALID_ARGUMENTS", b"Function name or unique id too long"))
+            return
+        if len(data) > self.service.max_job_size:
+            self._reply(error(b"DATA_TOO_LARGE", b"Job data larger than the server allows"))
+            return
+        service = self.service
+        if service.draining:
+            self._reply(error(b"draining", b"Server is draining"))
+            return
+        if not service.memory.admits(len(data)):
+            service.counters.out_of_memory_replies += 1
+            self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Server is out of memory"))
+            return
+        self.submit((C.GM_SUBMIT, self.conn_id, function.decode("latin-1"), unique, data, priority,
+                     background, run_at), _created)
+
+    def _get_status(self, args) -> None:
+        handle = args[0]
+        with self.service.state_lock:
+            known, running, numerator, denominator = self.service.state.gearman.status(
+                handle.decode("latin-1"))
+        self._reply(P.response("STATUS_RES", handle, b"1" if known else b"0", b"1" if running else b"0",
+                               b"%d" % numerator, b"%d" % denominator))
+
+    def _get_status_unique(self, args) -> None:
+        unique = args[0]
+        with self.service.state_lock:
+            known, running, numerator, denominator, waiting = self.service.state.gearman.status_by_unique(unique)
+        self._reply(P.response("STATUS_RES_UNIQUE", unique, b"1" if known else b"0", b"1" if running else b"0",
+                               b"%d" % numerator, b"%d" % denominator, b"%d" % waiting))
+
+    def _option_req(self, args) -> None:
+        if args[0] == b"exceptions":
+            self.exceptions = True
+            self._reply(P.response("OPTION_RES", args[0]))
+        else:
+            self._reply(error(b"UNKNOWN_OPTION", b"Server does not recognize given option"))
+
+    def _set_client_id(self, args) -> None:
+        self.client_id = args[0][:MAX_CLIENT_ID].replace(b" ", b"_").replace(b"\n", b"_") or b"-"
+
+    def _echo(self, args) -> None:
+        self._reply(P.response("ECHO_RES", args[0]))
+
+    # workers ----------------------------------------------------------------
+    def _can_do(self, args) -> None:
+        self._add_ability(args[0], 0)
+
+    def _can_do_timeout(self, args) -> None:
+        try:
+            timeout = max(0, int(args[1]))
+        except ValueError:
+            timeout = 0
+        self._add_ability(args[0], timeout)
+
+    def _add_ability(self, name: bytes, timeout: int) -> None:
+        if len(name) > MAX_FUNCTION:  # an empty name is a function too, as in gearmand
+            self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long"))
+            return
+        function = name.decode("latin-1")
+        if function not in self.abilities and len(self.abilities) >= self.service.limits.max_watched_tubes:
+            # Every GRAB_JOB logs the worker's functions: bounded, as watched tubes are.
+            self.service.counters.out_of_memory_replies += 1
+            self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Too many functions for one worker"))
+            return
+        self.service.set_ability(self, function, timeout)
+
+    def _cant_do(self, args) -> None:
+        self.service.drop_ability(self, args[0].decode("latin-1"))
+
+    def _reset_abilities(self, args) -> None:
+        self.service.drop_ability(self, None)
+
+    def _pre_sleep(self, args) -> None:
+        self.service.pre_sleep(self)
+
+    def _grab(self, name: str) -> None:
+        service = self.service
+        self.service.wake_off(self)
+        functions = tuple(reversed(self.abilities))  # newest first, as gearmand tries them
+        if not self.in_flight:
+            # Nothing of ours in flight: the applied state can tell "nothing for you"
+            # without an entry (a stale answer costs the worker one PRE_SLEEP/NOOP round).
+            with service.state_lock:
+                found = service.state.gearman.grabbable(functions)
+            if not found:
+                self._reply(P.response("NO_JOB"))
+                return
+        self.submit((C.GM_GRAB, self.conn_id, functions), partial(self._assigned, name))
+
+    def _assigned(self, name: str, result: tuple):
+        if result[0] != "ASSIGN":
+            return P.response("NO_JOB")
+        _, handle, function, unique, data = result
+        if self.closed:
+            return b""  # the drop of this connection, logged after, puts it back
+        self.needs_lease = True
+        timeout = self.abilities.get(function, 0)
+        if timeout:
+            self.job_timers[handle] = self.service.loop.call_later(timeout, self._job_timed_out, handle)
+        h, f = handle.encode(), function.encode("latin-1")
+        if name == "GRAB_JOB":
+            return P.response("JOB_ASSIGN", h, f, data)
+        return P.response("JOB_ASSIGN_UNIQ", h, f, unique, data)  # GRAB_JOB_ALL too, as gearmand answers
+
+    def _job_timed_out(self, handle: str) -> None:
+        """CAN_DO_TIMEOUT ran out: the job fails, as the protocol document says (gearmand
+        requeues it silently); its clients get WORK_FAIL, the worker's late result JOB_NOT_FOUND."""
+        self.job_timers.pop(handle, None)
+        if self.closed or not self.service.serving:
+            return
+        service = self.service
+        service.batcher.submit((C.GM_FINISH, self.conn_id, handle),
+                               lambda result: result is not None and result[0] == "ENDED" and
+                               service.forward(result[1], "WORK_FAIL", handle.encode()))
+
+    def _work_status(self, args) -> None:
+        handle, numerator, denominator = args
+        # Numbers in the state, read as gearmand reads them (GET_STATUS reports them);
+        # forwarded to the clients as sent.
+        n, d = atoi(numerator, 0xFFFFFFFF), atoi(denominator, 0xFFFFFFFF)
+        h = handle.decode("latin-1")
+        service = self.service
+
+        def done(result):
+            if result[0] != "STATUS":
+                return JOB_NOT_FOUND
+            service.forward(result[1], "WORK_STATUS", handle, numerator, denominator)
+            return b""
+
+        self.submit((C.GM_WORK_STATUS, self.conn_id, h, n, d), done)
+
+    def _work_end(self, name: str, args) -> None:
+        handle = args[0]
+        h = handle.decode("latin-1")
+        timer = self.job_timers.pop(h, None)
+        if timer is not None:
+            timer.cancel()
+        service = self.service
+
+        def done(result):
+            if result[0] != "ENDED":
+                return JOB_NOT_FOUND
+            service.forward(result[1], name, *args)
+            return b""
+
+        self.submit((C.GM_FINISH, self.conn_id, h), done)
+
+    def _work_data(self, name: str, args) -> None:
+        handle = args[0]
+        service = self.service
+        with service.state_lock:
+            job = service.state.gearman.jobs.get(handle.decode("latin-1"))
+            clients = tuple(job.clients) if job is not None and job.worker == self.conn_id else None
+        if clients is None:
+            self._reply(error(b"JOB_NOT_FOUND", b"Job does not exist on server"))
+            return
+        service.forward(clients, name, *args)
+
+
+def _created(result: tuple) -> bytes | None:
+    if result[0] == "CREATED":
+        return P.response("JOB_CREATED", result[1].encode())
+    if result[0] == "QUEUE_FULL":
+        return error(b"queue_full", b"Job queue is full")
+    return None  # NOT_FOUND: a dead leader's connection; it is closed
+
+
+def _epoch_ms(text: bytes) -> int | None:
+    try:
+        epoch = int(text)
+    except ValueError:
+        return None
+    return max(0, epoch) * 1000
+
+
+def next_scheduled_ms(fields: tuple, now_ms: int) -> int | None:
+    """SUBMIT_JOB_SCHED's minute, hour, day of month, month, day of week (UTC; empty:
+    any; day of week 0 = Sunday, as cron) -> the next matching minute after now, in
+    ms; None if a field is not a number in its range or nothing matches in 8 years."""
+    ranges = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+    wanted = []
+    for text, (low, high) in zip(fields, ranges):
+        if text == b"":
+            wanted.append(None)
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            return None
+        if not low <= value <= high:
+            return None
+        wanted.append(value)
+    minute, hour, mday, month, wday = wanted
+    start = (now_ms // 60_000 + 1) * 60  # the next whole minute, in seconds
+    day = start - start % 86400
+    for _ in range(366 * 8):
+        t = time.gmtime(day)
+        if ((mday is None or t.tm_mday == mday) and (month is None or t.tm_mon == month)
+                and (wday is None or (t.tm_wday + 1) % 7 == wday)):
+            for h in range(24) if hour is None else (hour,):
+                for m in range(60) if minute is None else (minute,):
+                    at = day + h * 3600 + m * 60
+                    if at >= start:
+                        return at * 1000
+        day += 86400
+    return None
+
+
+_HANDLERS = {name: (lambda name: lambda s, args: s._submit_job(name, args))(name) for name in _SUBMITS}
+_HANDLERS.update({
+    "GET_STATUS": GearmanSession._get_status,
+    "GET_STATUS_UNIQUE": GearmanSession._get_status_unique,
+    "OPTION_REQ": GearmanSession._option_req,
+    "SET_CLIENT_ID": GearmanSession._set_client_id,
+    "ECHO_REQ": GearmanSession._echo,
+    "CAN_DO": GearmanSession._can_do,
+    "CAN_DO_TIMEOUT": GearmanSession._can_do_timeout,
+    "CANT_DO": GearmanSession._cant_do,
+    "RESET_ABILITIES": GearmanSession._reset_abilities,
+    "PRE_SLEEP": GearmanSession._pre_sleep,
+    "GRAB_JOB": lambda s, args: s._grab("GRAB_JOB"),
+    "GRAB_JOB_UNIQ": lambda s, args: s._grab("GRAB_JOB_UNIQ"),
+    "GRAB_JOB_ALL": lambda s, args: s._grab("GRAB_JOB_ALL"),
+    "WORK_STATUS": GearmanSession._work_status,
+    "WORK_COMPLETE": lambda s, args: s._work_end("WORK_COMPLETE", args),
+    "WORK_FAIL": lambda s, args: s._work_end("WORK_FAIL", args),
+    "WORK_EXCEPTION": lambda s, args: s._work_end("WORK_EXCEPTION", args),
+    "WORK_DATA": lambda s, args: s._work_data("WORK_DATA", args),
+    "WORK_WARNING": lambda s, args: s._work_data("WORK_WARNING", args),
+})
+# SUBMIT_REDUCE_JOB*, ALL_YOURS and every response type: INVALID_COMMAND (gearmand's answer
+# to a packet it does not expect); docs/gearman.md lists them.

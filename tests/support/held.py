@@ -1,0 +1,28 @@
+"""Stand-ins for the commit, for tests of the id front end (server/ids_udp.py) with the real
+state machine: commands wait until the test commits them (subclasses say how they are applied)
+or loses them (outcome unknown), and a read lease the test can take away."""
+
+from __future__ import annotations
+
+
+class HeldCommands:
+    """The batcher's interface: submit(command, continuation); commit() is the subclass's."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple] = []
+
+    def submit(self, command, continuation) -> None:
+        self.waiting.append((command, continuation))
+
+    def fail(self) -> None:
+        """Leadership lost with the entry in flight: every waiting command's outcome is unknown."""
+        waiting, self.waiting = self.waiting, []
+        for _, continuation in waiting:
+            continuation(None)
+
+
+class Lease:
+    valid = True
+
+    def read_lease_valid(self) -> bool:
+        return self.valid

@@ -1,0 +1,229 @@
+"""In-process Raft nodes ticked by hand, in virtual time: replication logic without the wall clock.
+
+`ticked_cluster()` builds three ReplicatedQueue nodes on loopback (ephemeral
+ports, real pysyncobj sockets) and never starts their tick threads. Instead
+`TickedCluster.round()` moves a virtual clock on by one `step` and ticks every
+node once, in turn, without waiting on its sockets (`tick(0)`). The virtual
+clock is the one pysyncobj and raft_node share (pysyncobj_patches.use_clock)
+and the read lease's clock, so heartbeats, election timeouts, connection
+timeouts and leases all run out after a number of rounds, whatever the
+machine's load. A message sent over loopback is readable by the time the
+send returns, so it is read in the same round or the next one.
+
+Tests therefore wait for logic by rounds: `run_until(predicate, seconds=…)`
+ticks until the predicate holds and fails if it does not within that much
+virtual time; `run(seconds=…)` lets virtual time pass (several election
+timeouts in which nothing must happen) in milliseconds of real time. A node
+left out of the rounds (`paused`) is a node whose tick thread is stuck.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from haqueue.replication import pysyncobj_patches, raft_node
+from haqueue.replication.fsync_policy import NEVER
+from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+
+STEP = 0.005  # virtual seconds per round: a tenth of the default heartbeat
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class VirtualClock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TickedCluster:
+    def __init__(self, nodes: list[ReplicatedQueue], clock: VirtualClock, timing: RaftTiming,
+                 step: float, secrets: list[str], node_options: dict) -> None:
+        self.nodes = nodes
+        self._secrets = dict(zip(nodes, secrets))
+        self._node_options = node_options
+        self.clock = clock
+        self.timing = timing
+        self.step = step
+        self.paused: set[ReplicatedQueue] = set()  # not ticked: their tick thread is stuck
+        self.rounds = 0  # rounds run so far
+
+    def rounds_in(self, seconds: float) -> int:
+        return max(1, math.ceil(seconds / self.step - 1e-9))
+
+    def round(self) -> None:
+        """Move the clock on one step, then tick every node that is not paused, once."""
+        self.clock.advance(self.step)
+        self.rounds += 1
+        for node in self.nodes:
+            if node not in self.paused:
+                node.tick(0)
+
+    def run(self, *, seconds: float) -> None:
+        """Let `seconds` of virtual time pass, ticking all the while."""
+        for _ in range(self.rounds_in(seconds)):
+            self.round()
+
+    def run_until(self, predicate: Callable[[], object], *, seconds: float, what: str = "the condition") -> float:
+        """Tick until `predicate()` holds; fail if it does not within `seconds` of virtual
+        time. Returns the virtual seconds it took."""
+        budget = self.rounds_in(seconds)
+        for used in range(budget + 1):
+            if predicate():
+                return used * self.step
+            if used < budget:
+                self.round()
+        raise AssertionError(f"{what}: not within {seconds} s of virtual time ({budget} rounds)")
+
+    def run_while(self, invariant: Callable[[], object], *, seconds: float, what: str = "the invariant") -> None:
+        """Tick for `seconds` of virtual time, checking `invariant()` after every round."""
+        assert invariant(), f"{what} did not hold to begin with"
+        for used in range(self.rounds_in(seconds)):
+            self.round()
+            assert invariant(), f"{what} broke after {(used + 1) * self.step:.3f} s of virtual time"
+
+    def restart(self, node: ReplicatedQueue) -> ReplicatedQueue:
+        """Stop `node` (its sockets close) and put a fresh one at its address in its place."""
+        node.stop()
+        address = node.selfNode.address
+        partners = [n.selfNode.address for n in self.nodes if n is not node]
+        secret = self._secrets.pop(node)
+        fresh = ReplicatedQueue(address, partners, data_dir=None, policy=NEVER, secret=secret,
+                                timing=self.timing, **self._node_options)
+        self._secrets[fresh] = secret
+        fresh.transport.tryGetReady()
+        self.nodes[self.nodes.index(node)] = fresh
+        return fresh
+
+    def finish_snapshot(self, node: ReplicatedQueue, *, seconds: float = 1.0) -> None:
+        """Tick until `node` forks a snapshot writer, wait for that process to exit
+        (an event: waitid without reaping it), then tick until the node has seen it."""
+        self.run_until(lambda: node._snapshot_pid, seconds=seconds, what="a snapshot writer")
+        taken = node.observations.snapshots + node.observations.snapshot_failures
+        os.waitid(os.P_PID, node._snapshot_pid, os.WEXITED | os.WNOWAIT)
+        self.run_until(lambda: node.observations.snapshots + node.observations.snapshot_failures > taken,
+                       seconds=seconds, what="the snapshot writer's exit noticed")
+
+    # ------------------------------------------------------------ views
+    def leader(self) -> ReplicatedQueue:
+        """The one leader that every node follows (fails otherwise)."""
+        assert self.settled(), self.describe()
+        return next(n for n in self.nodes if n._isLeader())
+
+    def followers(self) -> list[ReplicatedQueue]:
+        return [n for n in self.nodes if not n._isLeader()]
+
+    def settled(self) -> bool:
+        """One leader, of one term, followed by every node."""
+        leaders = [n for n in self.nodes if n._isLeader()]
+        return (len(leaders) == 1 and all(n._getLeader() == leaders[0].selfNode for n in self.nodes)
+                and len({n.raftCurrentTerm for n in self.nodes}) == 1)
+
+    def describe(self) -> list:
+        return [(n.selfNode.address, n.status()["role"], n.raftCurrentTerm, n.status()["leader"])
+                for n in self.nodes]
+
+    def caught_up(self) -> bool:
+        """Every node has applied everything the leader committed."""
+        commit = max(n.raftCommitIndex for n in self.nodes)
+        return all(n.raftLastApplied >= commit for n in self.nodes)
+
+    # ------------------------------------------------------------ writes
+    def submit(self, node: ReplicatedQueue, entry: bytes) -> list:
+        """Submit `entry` on `node`; the returned list receives (applied, error) once it is done."""
+        outcome: list = []
+        node.submit(entry, lambda applied, error: outcome.append((applied, error)))
+        return outcome
+
+    def commit(self, node: ReplicatedQueue, entry: bytes, *, seconds: float = 1.0) -> tuple:
+        """Submit `entry` on `node` and tick until its outcome comes back: (applied, error)."""
+        outcome = self.submit(node, entry)
+        self.run_until(lambda: outcome, seconds=seconds, what="the entry's outcome")
+        return outcome[0]
+
+
+@contextmanager
+def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets: list[str] | None = None,
+                   elect: bool = True, step: float = STEP, **node_options) -> Iterator[TickedCluster]:
+    """`count` nodes in memory on loopback, ticked by hand in virtual time; by
+    default ticked until they have one leader that everyone follows.
+    `node_options` go to every ReplicatedQueue (journal_limit=...)."""
+    timing = timing or (RaftTiming() if count > 1 else RaftTiming.single_node())
+    clock = VirtualClock()
+    secrets = secrets or ["s"] * count
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
+    saved_lease_clock = raft_node.lease_clock
+    nodes: list[ReplicatedQueue] = []
+    with pysyncobj_patches.use_clock(clock):
+        raft_node.lease_clock = clock  # the lease's clock too (module-level name, read at each call)
+        try:
+            for address, secret in zip(addresses, secrets):
+                nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address], data_dir=None,
+                                             policy=NEVER, secret=secret, timing=timing, **node_options))
+            for node in nodes:
+                node.transport.tryGetReady()  # everyone listening before anyone connects
+            cluster = TickedCluster(nodes, clock, timing, step, secrets, node_options)
+            if elect:
+                cluster.run_until(cluster.settled, seconds=10 * timing.election_max, what="a leader everyone follows")
+            yield cluster
+        finally:
+            raft_node.lease_clock = saved_lease_clock
+            for node in nodes:
+                node.stop()
+
+
+def drop_messages(receivers, from_senders) -> list:
+    """Drop every message a node of `receivers` gets from a node of `from_senders`,
+    where pysyncobj receives it (the TCP links stay up); returns what heal() needs."""
+    senders = {n.selfNode.address for n in from_senders}
+    saved = []
+    for node in receivers:
+        transport = node.transport
+        deliver = transport._onMessageReceivedCallback
+
+        def filtered(sender, message, deliver=deliver):
+            if sender.address not in senders:
+                deliver(sender, message)
+
+        transport._onMessageReceivedCallback = filtered
+        saved.append((transport, deliver))
+    return saved
+
+
+def heal(saved) -> None:
+    for transport, deliver in reversed(saved):
+        transport._onMessageReceivedCallback = deliver
+
+
+def filter_at(node: ReplicatedQueue, keep: Callable) -> Callable[[], None]:
+    """Deliver to `node` only the messages for which keep(sender, message) holds;
+    returns the function that restores delivery."""
+    transport = node.transport
+    deliver = transport._onMessageReceivedCallback
+
+    def filtered(sender, message):
+        if keep(sender, message):
+            deliver(sender, message)
+
+    transport._onMessageReceivedCallback = filtered
+    return lambda: setattr(transport, "_onMessageReceivedCallback", deliver)
