@@ -41,7 +41,13 @@ MAX_IN_FLIGHT_BYTES = 4 * 1024 * 1024
 # enough that a pipelined window of puts still rides in one Raft entry.
 COMMANDS_PER_TURN = 128
 # ...and at most this long: expensive commands (stats, ~0.1 ms each) get fewer.
+# A long turn pays off only for writes, which ride in one Raft entry together
+# (fewer, fuller entries: 0.3 ms turns cost windowed puts a quarter of their
+# rate). Reads gain nothing from it, so a turn that has written nothing yet
+# ends sooner: a connection flooding `stats` then delays another client's put
+# by READ_TURN_SECONDS, not TURN_SECONDS (bench --flood, docs/reliability.md).
 TURN_SECONDS = 0.0005
+READ_TURN_SECONDS = 0.00025
 # A connection that used up its turn while a write waits for Raft runs again
 # once the write is applied, or after this long at most (turns.py says why).
 TURN_DEFER_SECONDS = 0.001

@@ -17,7 +17,7 @@ reply is written. The pipeline also stops while the transport's unsent output
 is over its high-water mark (`pause_writing`) and goes on when it drains
 (`resume_writing`); a client that sends but never reads is closed at the hard
 bound, or after output_timeout. For fairness a connection runs at most
-COMMANDS_PER_TURN commands or TURN_SECONDS of work, then yields to the loop,
+COMMANDS_PER_TURN commands or TURN_SECONDS of work (READ_TURN_SECONDS until it writes), then yields to the loop,
 so other connections, new accepts and the admin port are served before it
 goes on; while a write waits for Raft, its next turn also waits for that
 (turns.py), so that Raft's thread gets the interpreter lock.
@@ -54,7 +54,7 @@ from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.host import SessionHost
 from haqueue.server.limits import (
     COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
-    OUTPUT_LOW, TURN_SECONDS,
+    OUTPUT_LOW, READ_TURN_SECONDS, TURN_SECONDS,
 )
 from haqueue.server.ordered_set import SwapRemoveList
 from haqueue.server.replies import reply_for
@@ -273,7 +273,9 @@ class Session(asyncio.Protocol):
         parser = self.parser
         counters = self.server.counters.commands
         budget = COMMANDS_PER_TURN
-        turn_ends = perf_counter() + TURN_SECONDS
+        turn_started = perf_counter()
+        turn_ends = turn_started + READ_TURN_SECONDS  # until it writes (limits.py says why)
+        wrote = False
         self.starved = False
         while (not self.reserving and not self.blocked_on_writes and not self.quitting
                and self.lease_timer is None and not self.output_paused
@@ -320,6 +322,9 @@ class Session(asyncio.Protocol):
             if not self.server.serving:
                 self.abort()
                 return
+            if kind is _WRITE and not wrote:
+                wrote = True
+                turn_ends = turn_started + TURN_SECONDS
             _HANDLERS[name](self, event.args)
         if self.held_bytes >= OUTPUT_HIGH:
             self.held_stalled = True  # flush() continues once they are written

@@ -34,9 +34,11 @@ def loop():
 
 @pytest.fixture(autouse=True)
 def turns_end_by_count(monkeypatch):
-    """A turn ends after COMMANDS_PER_TURN commands or TURN_SECONDS of work: only the
-    first here, so that a loaded machine does not cut a pipeline short at random."""
+    """A turn ends after COMMANDS_PER_TURN commands or TURN_SECONDS of work (READ_TURN_SECONDS
+    until it writes): only the first here, so that a loaded machine does not cut a pipeline
+    short at random."""
     monkeypatch.setattr(session_module, "TURN_SECONDS", 3600.0)
+    monkeypatch.setattr(session_module, "READ_TURN_SECONDS", 3600.0)
 
 
 @pytest.fixture
