@@ -60,12 +60,14 @@ import logging
 import socket
 import struct
 from collections import deque
-from typing import Callable
+from typing import Callable, ContextManager, Protocol
 
 from haqueue.core import commands as C
+from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
 from haqueue.server.batcher import wall_ms
+from haqueue.server.host import LeaseHolder, Submits
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +177,25 @@ class Segments:
         return sum(block[1] for block in self.blocks)
 
 
+class IdHost(Protocol):
+    """What the id front end uses of the server that runs it (QueueServer), typed so that
+    this module knows the server only as this interface (tests/server/test_session_host.py)."""
+
+    loop: asyncio.AbstractEventLoop
+    batcher: Submits
+    replica: LeaseHolder
+    serving: bool
+
+    @property
+    def state(self) -> QueueState: ...
+
+    @property
+    def state_lock(self) -> ContextManager: ...
+
+
 class IdRequests:
-    def __init__(self, server, leader_endpoints: dict[str, str] | None = None) -> None:
-        self.server = server  # haqueue.server.app.QueueServer
+    def __init__(self, server: IdHost, leader_endpoints: dict[str, str] | None = None) -> None:
+        self.server = server
         self.pending = 0
         self.segments: dict[tuple[str, str], Segments] = {}  # segment-mode keys: this leader's blocks
         # Raft endpoint -> that node's id service "address:port", to name the leader.

@@ -1,8 +1,11 @@
-"""A Session uses its server only through host.SessionHost, and QueueServer is one.
+"""Each front end uses its server only through an interface of its own, and QueueServer is each.
 
-The interface is what keeps session.py from depending on app.py; these tests
-fail when session.py reaches for a server attribute the interface does not
-list, or when QueueServer stops providing one it does.
+A beanstalkd Session sees host.SessionHost, the Gearman service
+gearman_service.GearmanHost, the id service ids_udp.IdHost. The interfaces are
+what keep those modules from depending on app.py (which imports them): these
+tests fail when a module reaches for a server attribute its interface does not
+list, when an interface lists what the module never uses, or when QueueServer
+stops providing one.
 """
 
 from __future__ import annotations
@@ -10,21 +13,29 @@ from __future__ import annotations
 import ast
 import inspect
 
+import pytest
+
+from haqueue.server import gearman_service, ids_udp
 from haqueue.server import session as session_module
 from haqueue.server.app import Listen, NodeOptions, QueueServer
+from haqueue.server.gearman_service import GearmanHost
 from haqueue.server.host import SessionHost
+from haqueue.server.ids_udp import IdHost
+
+FRONT_ENDS = [(session_module, SessionHost), (gearman_service, GearmanHost), (ids_udp, IdHost)]
+IDS = ["session", "gearman_service", "ids_udp"]
 
 
-def _host_members() -> set[str]:
-    names = set(SessionHost.__annotations__)
-    names |= {name for name, value in vars(SessionHost).items()
+def _members(interface) -> set[str]:
+    names = set(interface.__annotations__)
+    names |= {name for name, value in vars(interface).items()
               if not name.startswith("_") and (callable(value) or isinstance(value, property))}
     return names
 
 
-def _server_attributes_used_by_session() -> set[str]:
-    """Every `server.X` and `self.server.X` in session.py."""
-    tree = ast.parse(inspect.getsource(session_module))
+def _server_attributes_used_by(module) -> set[str]:
+    """Every `server.X` and `self.server.X` in the module."""
+    tree = ast.parse(inspect.getsource(module))
     used = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
@@ -38,17 +49,20 @@ def _server_attributes_used_by_session() -> set[str]:
     return used
 
 
-def test_session_uses_nothing_of_its_server_beyond_the_host_interface():
-    used = _server_attributes_used_by_session()
-    assert used, "the scan found no use at all: it no longer reads session.py"
-    assert used <= _host_members(), f"not in SessionHost: {sorted(used - _host_members())}"
+@pytest.mark.parametrize(("module", "interface"), FRONT_ENDS, ids=IDS)
+def test_a_front_end_uses_nothing_of_its_server_beyond_its_interface(module, interface):
+    used = _server_attributes_used_by(module)
+    assert used, f"the scan found no use at all: it no longer reads {module.__name__}"
+    assert used <= _members(interface), f"not in {interface.__name__}: {sorted(used - _members(interface))}"
 
 
-def test_the_host_interface_lists_nothing_session_does_not_use():
-    assert _host_members() <= _server_attributes_used_by_session()
+@pytest.mark.parametrize(("module", "interface"), FRONT_ENDS, ids=IDS)
+def test_an_interface_lists_nothing_its_front_end_does_not_use(module, interface):
+    assert _members(interface) <= _server_attributes_used_by(module)
 
 
-def test_queue_server_provides_every_member_of_the_host_interface():
+@pytest.mark.parametrize("interface", [SessionHost, GearmanHost, IdHost], ids=IDS)
+def test_queue_server_provides_every_member_of_each_interface(interface):
     server = QueueServer(NodeOptions(Listen(port=0), raft_address="127.0.0.1:0"))
     provided = set(vars(server)) | {name for name in dir(QueueServer)}
-    assert _host_members() <= provided, sorted(_host_members() - provided)
+    assert _members(interface) <= provided, sorted(_members(interface) - provided)
