@@ -26,17 +26,14 @@ import asyncio
 import logging
 import os
 import socket
-from typing import ContextManager, Protocol
+from typing import Protocol
 
 from haqueue import __version__
 from haqueue.core import commands as C
-from haqueue.core.state import QueueState
 from haqueue.protocol import gearman as P
 from haqueue.server import gearman_admin as A
 from haqueue.server.gearman_session import GearmanSession
-from haqueue.server.host import Admits, LeaseHolder, Submits, Turns
-from haqueue.server.limits import ClientLimits
-from haqueue.server.stats import ServerCounters
+from haqueue.server.host import ConnectionHost
 
 log = logging.getLogger(__name__)
 
@@ -48,32 +45,17 @@ class RefusedGearmanConnection(asyncio.Protocol):
         transport.close()
 
 
-class GearmanHost(Protocol):
-    """What the service uses of the server that runs it (QueueServer): the same parts a
-    beanstalkd Session uses (host.SessionHost), and a way to stop the node (`shutdown`).
-    Typed here so that the dependency is one way: app.py imports this module, and this
-    module knows the server only as this interface (tests/server/test_session_host.py)."""
+class GearmanHost(ConnectionHost, Protocol):
+    """What the service uses of the server that runs it (QueueServer): what every
+    connection-serving front end uses (host.ConnectionHost), the beanstalkd connections
+    (both count toward max_connections), connection ids, and a way to stop the node
+    (`shutdown`). Typed here so that the dependency is one way: app.py imports this
+    module, and this module knows the server only as this interface
+    (tests/server/test_session_host.py)."""
 
-    loop: asyncio.AbstractEventLoop
-    max_job_size: int
-    limits: ClientLimits
-    batcher: Submits
-    replica: LeaseHolder
-    turns: Turns
-    memory: Admits
-    counters: ServerCounters
-    serving: bool
-    draining: bool
-    dirty: set
-    sessions: set  # the beanstalkd connections: both count toward max_connections
+    sessions: set
 
     def next_conn_id(self) -> int: ...
-
-    @property
-    def state(self) -> QueueState: ...
-
-    @property
-    def state_lock(self) -> ContextManager: ...
 
     def request_stop(self) -> None: ...
 

@@ -48,8 +48,10 @@ class Admits(Protocol):
     def admits(self, body_size: int) -> bool: ...
 
 
-@runtime_checkable
-class SessionHost(Protocol):
+class ConnectionHost(Protocol):
+    """What every client-facing protocol's connections use of the leader: the beanstalkd
+    Session (SessionHost, below) and the Gearman service (gearman_service.GearmanHost)."""
+
     # settings
     loop: asyncio.AbstractEventLoop
     max_job_size: int
@@ -59,11 +61,10 @@ class SessionHost(Protocol):
     replica: LeaseHolder
     turns: Turns
     memory: Admits
-    directory: TubeDirectory  # tube references of connections; what list-tubes lists
     counters: ServerCounters
     serving: bool  # false once leadership is lost: commands are no longer taken
-    draining: bool  # puts answer DRAINING
-    dirty: set[Session]  # sessions with replies to flush after the current entry
+    draining: bool  # puts (and Gearman submits) answer DRAINING
+    dirty: set  # connections with replies to flush after the current entry
 
     # the replicated state, read under its lock
     @property
@@ -71,6 +72,11 @@ class SessionHost(Protocol):
 
     @property
     def state_lock(self) -> ContextManager: ...
+
+
+@runtime_checkable
+class SessionHost(ConnectionHost, Protocol):
+    directory: TubeDirectory  # tube references of connections; what list-tubes lists
 
     # connections
     def session_opened(self, session: Session) -> None: ...

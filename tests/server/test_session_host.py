@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from typing import Protocol
 
 import pytest
 
@@ -27,9 +28,13 @@ IDS = ["session", "gearman_service", "ids_udp"]
 
 
 def _members(interface) -> set[str]:
-    names = set(interface.__annotations__)
-    names |= {name for name, value in vars(interface).items()
-              if not name.startswith("_") and (callable(value) or isinstance(value, property))}
+    names = set()
+    for part in interface.__mro__:  # an interface may extend another (host.ConnectionHost)
+        if part in (object, Protocol) or part.__module__ == "typing":
+            continue
+        names |= set(vars(part).get("__annotations__", {}))
+        names |= {name for name, value in vars(part).items()
+                  if not name.startswith("_") and (callable(value) or isinstance(value, property))}
     return names
 
 
