@@ -9,7 +9,6 @@ H:1, H:2, ... in order of first appearance, so two servers' replies compare byte
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -17,10 +16,9 @@ import socket
 import struct
 import sys
 import time
-from typing import Iterator
 
 from haqueue.protocol.gearman import HEADER, PACKETS, request
-from tests.support.servers import (HAQUEUE_START_TIMEOUT, HOST, START_TIMEOUT, ServerStartError, ServerProcess,
+from tests.support.servers import (HAQUEUE_START_TIMEOUT, HOST, START_TIMEOUT, ServerProcess, ServerStartError, running,
                                    _launch, free_port)
 
 
@@ -68,22 +66,12 @@ def start_haqueue_gearman(*extra: str, data_dir: str | None = None) -> ServerPro
     raise AssertionError("unreachable")
 
 
-@contextlib.contextmanager
-def gearmand(*extra: str) -> Iterator[ServerProcess]:
-    server = start_gearmand(*extra)
-    try:
-        yield server
-    finally:
-        server.stop()
+def gearmand(*extra: str):
+    return running(start_gearmand, *extra)
 
 
-@contextlib.contextmanager
-def haqueue_gearman(*extra: str, data_dir: str | None = None) -> Iterator[ServerProcess]:
-    server = start_haqueue_gearman(*extra, data_dir=data_dir)
-    try:
-        yield server
-    finally:
-        server.stop()
+def haqueue_gearman(*extra: str, data_dir: str | None = None):
+    return running(start_haqueue_gearman, *extra, data_dir=data_dir)
 
 
 class GearConn:

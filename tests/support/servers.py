@@ -166,21 +166,21 @@ def start_haqueue(*extra_args: str, data_dir: str | None = None,
 
 
 @contextlib.contextmanager
-def beanstalkd(*extra_args: str) -> Iterator[ServerProcess]:
-    server = start_beanstalkd(*extra_args)
+def running(start, *args, **kwargs) -> Iterator[ServerProcess]:
+    """`start(*args, **kwargs)`'s server for the block, stopped however the block ends."""
+    server = start(*args, **kwargs)
     try:
         yield server
     finally:
         server.stop()
 
 
-@contextlib.contextmanager
-def haqueue(*extra_args: str, data_dir: str | None = None) -> Iterator[ServerProcess]:
-    server = start_haqueue(*extra_args, data_dir=data_dir)
-    try:
-        yield server
-    finally:
-        server.stop()
+def beanstalkd(*extra_args: str):
+    return running(start_beanstalkd, *extra_args)
+
+
+def haqueue(*extra_args: str, data_dir: str | None = None):
+    return running(start_haqueue, *extra_args, data_dir=data_dir)
 
 
 # --- raw client ------------------------------------------------------------------------------
