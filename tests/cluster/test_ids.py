@@ -64,10 +64,7 @@ def test_ids_through_the_vip_never_repeat_or_go_back_across_a_leader_kill(make_c
         after = [first] + [get_id(sock, time.monotonic() + 10) for _ in range(IDS_EACH_SIDE - 1)]
     finally:
         sock.close()
-    assert None not in after
-    ids = before + after
-    assert len(set(ids)) == len(ids), "an id was issued twice"
-    assert ids == sorted(ids), "ids went back"
+    assert_increasing_across(before, after)
     assert min(after) > max(before)
 
     # The killed node comes back and agrees on the counters (same digest).
@@ -125,6 +122,14 @@ segment = 50
 """
 
 
+def assert_increasing_across(before: list, after: list) -> None:
+    """Every request after the kill was answered, and no id repeats or goes back across it."""
+    assert None not in after
+    ids = before + after
+    assert len(set(ids)) == len(ids), "an id was issued twice"
+    assert ids == sorted(ids), "ids went back"
+
+
 def segment_cluster(make_cluster):
     """A cluster serving ids on a free UDP port, with SEGMENT_RULE in its file: (port, cluster, leader)."""
     port = free_udp_port()
@@ -156,10 +161,7 @@ def test_file_rules_are_committed_and_segment_ids_skip_but_never_repeat_or_go_ba
         after = [first] + [get_id(sock, time.monotonic() + 10, "seg") for _ in range(IDS_EACH_SIDE - 1)]
     finally:
         sock.close()
-    assert None not in after
-    ids = before + after
-    assert len(set(ids)) == len(ids), "an id was issued twice"
-    assert ids == sorted(ids), "ids went back"
+    assert_increasing_across(before, after)
     # The killed leader held the block 0-49 (and perhaps, prefetched, 50-99):
     # the next leader starts above every committed block, wasting the rest.
     assert first >= 50, f"the new leader began at {first}, inside a block the old one held"
