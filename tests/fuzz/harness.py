@@ -293,7 +293,33 @@ def check_session(data: bytes) -> None:
         session.connection_made(transport)
         sessions.append(session)
         transports.append(transport)
-    for op, conn, arg in steps(data):
+    def eof(session, transport) -> None:
+        if not session.eof_received():
+            transport.close()
+
+    _play(loop, errors, steps(data), sessions, transports, lambda s: s.parser.buffered, eof)
+    for transport in transports:
+        transport.drain(1 << 30)
+        transport.close()
+    _turns(loop, 5)
+    server._step_down(graceful=True)  # its timers must not fire into the next input
+    assert not errors, errors
+    state = server.replica.state
+    assert state.internal_errors == 0
+    for transport in transports:
+        _check_replies(bytes(transport.received))
+    assert not server.sessions
+    assert server.directory.refs == {DEFAULT_TUBE: 1}
+    assert not state._reserved_by, "a closed connection still holds reservations"
+
+
+def _play(loop, errors: list, steps, sessions: list, transports: list, buffered, eof) -> None:
+    """Run the fuzzer's steps (send, drain, turn, eof, close) against the connections, and
+    after each check the flow-control promises (limits.py): unparsed input stops being read
+    at INPUT_HIGH (`buffered(session)`: what its decoder holds); replies held back stop the
+    pipeline at OUTPUT_HIGH; at most one decoded request waits. `eof(session, transport)`
+    delivers an end of input as the protocol's server does."""
+    for op, conn, arg in steps:
         session, transport = sessions[conn], transports[conn]
         if op == "send":
             if transport.closing or transport.eof or not arg:
@@ -309,32 +335,16 @@ def check_session(data: bytes) -> None:
         elif op == "eof":
             if not transport.closing and not transport.eof:
                 transport.eof = True
-                if not session.eof_received():
-                    transport.close()
+                eof(session, transport)
         else:
             transport.close()
         for s, t in zip(sessions, transports):
             if not t.lost:
-                # The flow-control promises (limits.py): unparsed input stops being read
-                # at INPUT_HIGH; replies held back stop the pipeline at OUTPUT_HIGH.
-                assert t.reading or s.parser.buffered >= INPUT_HIGH, s.parser.buffered
+                assert t.reading or buffered(s) >= INPUT_HIGH, buffered(s)
                 assert s.held_bytes == sum(len(x[0]) for x in s.slots if x[0] is not None)
                 assert s.held_bytes < HELD_BOUND, s.held_bytes
                 assert len(s.queue) <= 1
         assert not errors, errors
-    for transport in transports:
-        transport.drain(1 << 30)
-        transport.close()
-    _turns(loop, 5)
-    server._step_down(graceful=True)  # its timers must not fire into the next input
-    assert not errors, errors
-    state = server.replica.state
-    assert state.internal_errors == 0
-    for transport in transports:
-        _check_replies(bytes(transport.received))
-    assert not server.sessions
-    assert server.directory.refs == {DEFAULT_TUBE: 1}
-    assert not state._reserved_by, "a closed connection still holds reservations"
 
 
 # ---------------------------------------------------------------- the Gearman session
@@ -434,30 +444,8 @@ def check_gearman_session(data: bytes) -> None:
         session.connection_made(transport)
         sessions.append(session)
         transports.append(transport)
-    for op, conn, arg in _gearman_steps(data):
-        session, transport = sessions[conn], transports[conn]
-        if op == "send":
-            if transport.closing or transport.eof or not arg:
-                continue
-            if transport.reading:
-                session.data_received(bytes(arg))
-        elif op == "drain":
-            transport.drain(arg)
-        elif op == "turn":
-            _turns(loop, 1)
-        elif op == "eof":
-            if not transport.closing and not transport.eof:
-                transport.eof = True
-                session.eof_received()
-        else:
-            transport.close()
-        for s, t in zip(sessions, transports):
-            if not t.lost:
-                assert t.reading or s.decoder.buffered >= INPUT_HIGH, s.decoder.buffered
-                assert s.held_bytes == sum(len(x[0]) for x in s.slots if x[0] is not None)
-                assert s.held_bytes < HELD_BOUND, s.held_bytes
-                assert len(s.queue) <= 1
-        assert not errors, errors
+    _play(loop, errors, _gearman_steps(data), sessions, transports, lambda s: s.decoder.buffered,
+          lambda session, transport: session.eof_received())
     # Liveness: with every reply read, a connection still open has answered all it was
     # sent and waits for input (a pipeline that stops must go on by itself).
     for transport in transports:
