@@ -47,9 +47,10 @@ from haqueue.core import commands as C
 from haqueue.core.gearman import HIGH, LOW, NORMAL
 from haqueue.protocol import gearman as P
 from haqueue.protocol.gearman import AdminLine, Packet, ProtocolError
+from haqueue.server.connection import Connection
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.gearman_admin import atoi
-from haqueue.server.limits import (COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, OUTPUT_HARD, OUTPUT_HIGH,
+from haqueue.server.limits import (COMMANDS_PER_TURN, MAX_IN_FLIGHT, OUTPUT_HARD, OUTPUT_HIGH,
                                    OUTPUT_LOW)
 
 log = logging.getLogger(__name__)
@@ -83,29 +84,22 @@ NOT_EXPECTED = error(b"INVALID_COMMAND", b"Command not expected")
 JOB_NOT_FOUND = error(b"JOB_NOT_FOUND", b"Job given in work result not found")
 
 
-class GearmanSession(asyncio.Protocol):
+class GearmanSession(Connection):
+    PROTOCOL = "Gearman client"
+
     def __init__(self, service, conn_id: int) -> None:
+        super().__init__(service)  # connection.py: slots, output and input bounds, the lease
         self.service = service  # gearman_service.GearmanService
         self.conn_id = conn_id
         self.decoder = P.GearmanDecoder(max_packet=service.max_job_size + ARGUMENT_ROOM)
-        self.transport: asyncio.Transport | None = None
         self.peer = "-"
         self.queue: deque = deque()  # at most the one decoded request the pipeline waits on
-        self.slots: deque = deque()
         self.in_flight = 0
-        self.held_bytes = 0
-        self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
-        self.output_paused = False
-        self.output_timer: asyncio.TimerHandle | None = None
-        self.lease_timer: asyncio.TimerHandle | None = None
-        self.needs_lease = False
         self.blocked_on_writes = False
         self.yielded = False
         self.pumping = False
-        self.paused_reading = False
         self.starved = True
         self.quitting = False
-        self.closed = False
         # Gearman's per-connection state, none of it replicated.
         self.abilities: dict[str, int] = {}  # function -> CAN_DO_TIMEOUT seconds (0: none)
         self.client_id = b"-"
@@ -121,6 +115,9 @@ class GearmanSession(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else "-"
         self.service.session_opened(self)
+
+    def _input_buffered(self) -> int:
+        return self.decoder.buffered
 
     def data_received(self, data: bytes) -> None:
         self.decoder.receive_data(data)
@@ -147,47 +144,7 @@ class GearmanSession(asyncio.Protocol):
         self.service.session_closed(self)
         cut_transport_cycle(self.transport)
 
-    def abort(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.abort()
-
-    def pause_writing(self) -> None:
-        self.output_paused = True
-        timeout = self.service.limits.output_timeout
-        if timeout > 0 and self.output_timer is None:
-            self.output_timer = self.service.loop.call_later(timeout, self._close_for_output)
-
-    def resume_writing(self) -> None:
-        self.output_paused = False
-        if self.output_timer is not None:
-            self.output_timer.cancel()
-            self.output_timer = None
-        if not self.closed and not self.yielded:
-            self._serve()
-
-    def _close_for_output(self) -> None:
-        self.output_timer = None
-        if not self.closed:
-            self.service.counters.output_limit_closes += 1
-            log.warning("closing Gearman client %s: it does not read what it is sent", self.peer)
-            self.abort()
-
-    def _regulate_reading(self) -> None:
-        if self.closed:
-            return
-        pause = not self.starved and self.decoder.buffered >= INPUT_HIGH
-        if pause != self.paused_reading:
-            self.paused_reading = pause
-            if pause:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
-
     # --------------------------------------------------------------- output
-    def _reply(self, data: bytes) -> None:
-        self.slots.append([data])
-        self.held_bytes += len(data)
-
     def send(self, data: bytes) -> None:
         """Something for this connection from elsewhere (a worker's WORK_*, a NOOP):
         after every reply it is owed, flushed after the current entry."""
@@ -195,7 +152,7 @@ class GearmanSession(asyncio.Protocol):
             return
         self._reply(data)
         if self.held_bytes > OUTPUT_HARD:
-            self._close_for_output()  # its forwarded results pile up unread
+            self._close_for_output("passed %d bytes of forwarded results" % OUTPUT_HARD)
             return
         if not self.flush_scheduled:
             # Often outside any entry (WORK_DATA, a NOOP): written once this loop turn ends.
@@ -205,36 +162,6 @@ class GearmanSession(asyncio.Protocol):
     def _scheduled_flush(self) -> None:
         self.flush_scheduled = False
         self.flush()
-
-    def flush(self) -> None:
-        slots = self.slots
-        if not slots or slots[0][0] is None or self.closed:
-            return
-        if self.needs_lease:
-            # A job handed out is written only while no newer leader can exist
-            # (session.py's flush says why).
-            if not self.service.replica.read_lease_valid():
-                if self.lease_timer is None:
-                    self._wait_for_lease()
-                return
-            self.needs_lease = False
-        out = []
-        while slots and slots[0][0] is not None:
-            out.append(slots.popleft()[0])
-        data = b"".join(out)
-        self.held_bytes -= len(data)
-        if data:
-            self.transport.write(data)
-            if self.output_paused and self.transport.get_write_buffer_size() > OUTPUT_HARD:
-                self._close_for_output()
-                return
-        if self.held_stalled and self.held_bytes < OUTPUT_HIGH:
-            # The pipeline stopped for replies held back; they are written: go on (a
-            # client that pipelined more than OUTPUT_HIGH of requests waits for them).
-            self.held_stalled = False
-            if not self.yielded:
-                self._yield_turn()
-        self._close_if_done()
 
     def _close_if_done(self) -> None:
         if self.closed or self.slots:
@@ -318,15 +245,6 @@ class GearmanSession(asyncio.Protocol):
         if not self.closed:
             self._serve()
 
-    LEASE_RECHECK_S = 0.01
-
-    def _wait_for_lease(self) -> None:
-        self.lease_timer = self.service.loop.call_later(self.LEASE_RECHECK_S, self._lease_recheck)
-
-    def _lease_recheck(self) -> None:
-        self.lease_timer = None
-        if not self.closed:
-            self._serve()
 
     def submit(self, command: tuple, on_result) -> None:
         """Log `command`; its slot gets on_result(result) once applied (bytes, b"" for no reply).

@@ -39,7 +39,6 @@ command is dropped; then the connection closes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -51,9 +50,10 @@ from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
 from haqueue.server.gc_policy import cut_transport_cycle
+from haqueue.server.connection import Connection
 from haqueue.server.host import SessionHost
 from haqueue.server.limits import (
-    COMMANDS_PER_TURN, INPUT_HIGH, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HARD, OUTPUT_HIGH,
+    COMMANDS_PER_TURN, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HIGH,
     OUTPUT_LOW, READ_TURN_SECONDS, TURN_SECONDS,
 )
 from haqueue.server.ordered_set import SwapRemoveList
@@ -81,23 +81,18 @@ _KIND = {
 }
 
 
-class Session(asyncio.Protocol):
+class Session(Connection):
     def __init__(self, server: SessionHost, conn_id: int) -> None:
+        super().__init__(server)  # connection.py: slots, output and input bounds, the lease
         self.server = server
         self.conn_id = conn_id
         self.parser = P.BeanstalkParser(server.max_job_size)
-        self.transport: asyncio.Transport | None = None
         self.use = DEFAULT_TUBE
         self.watch = SwapRemoveList([DEFAULT_TUBE])
         self.queue: deque = deque()  # at most the one parsed command the pipeline waits on
-        self.slots: deque = deque()
         self.in_flight = 0
         self.in_flight_bytes = 0  # put bodies submitted and not yet answered
-        self.output_paused = False  # the transport's unsent output is over OUTPUT_HIGH
-        self.output_timer: asyncio.TimerHandle | None = None
         self.yielded = False  # used up its turn; a continuation is scheduled
-        self.held_bytes = 0  # replies in `slots`, not yet handed to the transport
-        self.held_stalled = False  # the pipeline stopped because held_bytes reached OUTPUT_HIGH
         self.starved = True  # the pipeline stopped for want of input, not blocked
         self.blocked_on_writes = False
         self.reserving = False
@@ -105,15 +100,9 @@ class Session(asyncio.Protocol):
         self.reserve_deadline: float | None = None  # time.monotonic()
         self.reserve_timed_out = False
         self.timer: PreciseTimer | None = None
-        self.lease_timer: asyncio.TimerHandle | None = None
         self.pumping = False  # inside pump(): what it calls must not start another
-        # A reply that hands this connection a job (RESERVED, TOUCHED) waits
-        # to be written until the read lease holds (see flush).
-        self.needs_lease = False
-        self.closed = False
         self.quitting = False
         self.half_closed = False  # the client sent FIN: answer what was read, then close
-        self.paused_reading = False
         self.is_producer = False
         self.is_worker = False
 
@@ -129,56 +118,18 @@ class Session(asyncio.Protocol):
         directory.ref(DEFAULT_TUBE)
         directory.count_watch(DEFAULT_TUBE, 1)
 
+    def _input_buffered(self) -> int:
+        return self.parser.buffered
+
+    def _serve(self) -> None:
+        self._serve_pipeline()
+
     def data_received(self, data: bytes) -> None:
         self.parser.receive_data(data)
         if self.yielded:  # the scheduled continuation gets to these bytes
             self._regulate_reading()
         else:
             self._serve_pipeline()
-
-    def _regulate_reading(self) -> None:
-        """Read while the pipeline wants input; stop once a blocked one has INPUT_HIGH buffered.
-
-        A pipeline waiting for the rest of a command (a put's body) keeps
-        reading whatever it holds; one blocked on a reserve, on its writes, on
-        its output or on its turn leaves the rest in the kernel's buffers.
-        """
-        if self.closed:
-            return
-        pause = not self.starved and self.parser.buffered >= INPUT_HIGH
-        if pause != self.paused_reading:
-            self.paused_reading = pause
-            if pause:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
-
-    def pause_writing(self) -> None:
-        self.output_paused = True
-        timeout = self.server.limits.output_timeout
-        if timeout > 0 and self.output_timer is None:
-            self.output_timer = self.server.loop.call_later(timeout, self._output_timed_out)
-
-    def resume_writing(self) -> None:
-        self.output_paused = False
-        if self.output_timer is not None:
-            self.output_timer.cancel()
-            self.output_timer = None
-        if not self.closed and not self.yielded:
-            self._serve_pipeline()
-
-    def _output_timed_out(self) -> None:
-        self.output_timer = None
-        self._close_for_output("stayed over %d bytes for %gs" % (
-            OUTPUT_HIGH, self.server.limits.output_timeout))
-
-    def _close_for_output(self, why: str) -> None:
-        if self.closed:
-            return
-        self.server.counters.output_limit_closes += 1
-        log.warning("closing client %s: its unsent replies %s (it does not read)",
-                    self.transport.get_extra_info("peername"), why)
-        self.abort()
 
     def eof_received(self):
         # The client sends no more. Every command it sent is still answered (a
@@ -210,53 +161,13 @@ class Session(asyncio.Protocol):
         self.server.session_closed(self)
         cut_transport_cycle(self.transport)
 
-    def abort(self) -> None:
-        """Drop the connection without replying (outcome unknown / not leader)."""
-        if self.transport is not None and not self.closed:
-            self.transport.abort()
-
     # --------------------------------------------------------------- output
-    def flush(self) -> None:
-        slots = self.slots
-        if not slots or slots[0][0] is None or self.closed:
-            return
-        if self.needs_lease:
-            # A leader whose apply stalled (its fsync stuck) past an election
-            # may be applying a reservation that a newer leader has already
-            # released and handed to someone else. While the lease holds, no
-            # newer leader can exist (ReplicatedQueue.read_lease_valid); if it
-            # never holds again, the step-down drops this connection unanswered.
-            if not self.server.replica.read_lease_valid():
-                if self.lease_timer is None:
-                    self._wait_for_lease()
-                return
-            self.needs_lease = False
-        out = []
-        while slots and slots[0][0] is not None:
-            out.append(slots.popleft()[0])
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self.held_bytes -= len(data)
-        transport = self.transport
-        transport.write(data)
-        if self.output_paused and transport.get_write_buffer_size() > OUTPUT_HARD:
-            self._close_for_output("passed %d bytes" % OUTPUT_HARD)
-            return
-        if self.held_stalled and self.held_bytes < OUTPUT_HIGH:
-            self.held_stalled = False
-            if not self.yielded:
-                self._yield_turn()
-        self._close_if_done()
-
     def _close_if_done(self) -> None:
         """After quit, or after end of input once every command read is answered."""
         if self.closed or self.slots:
             return
         if self.quitting or (self.half_closed and self.starved and not self.queue and not self.reserving):
             self.transport.close()
-
-    def _reply(self, data: bytes) -> None:
-        self.slots.append([data])
-        self.held_bytes += len(data)
 
     # ------------------------------------------------------------- pipeline
     def pump(self) -> None:
@@ -347,15 +258,6 @@ class Session(asyncio.Protocol):
         self.flush()
         self._regulate_reading()
 
-    LEASE_RECHECK_S = 0.01
-
-    def _wait_for_lease(self) -> None:
-        self.lease_timer = self.server.loop.call_later(self.LEASE_RECHECK_S, self._lease_recheck)
-
-    def _lease_recheck(self) -> None:
-        self.lease_timer = None
-        if not self.closed:
-            self._serve_pipeline()
 
     def _submit(self, command: tuple, body_bytes: int = 0, tube: str | None = None) -> None:
         """Log `command`; `tube`: a reference the command holds until it is applied."""

@@ -16,11 +16,12 @@ from typing import Protocol
 
 import pytest
 
+from haqueue.server import connection as connection_module
 from haqueue.server import gearman_service, ids_udp
 from haqueue.server import session as session_module
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.gearman_service import GearmanHost
-from haqueue.server.host import SessionHost
+from haqueue.server.host import ConnectionHost, SessionHost
 from haqueue.server.ids_udp import IdHost
 
 FRONT_ENDS = [(session_module, SessionHost), (gearman_service, GearmanHost), (ids_udp, IdHost)]
@@ -38,17 +39,17 @@ def _members(interface) -> set[str]:
     return names
 
 
-def _server_attributes_used_by(module) -> set[str]:
-    """Every `server.X` and `self.server.X` in the module."""
+def _server_attributes_used_by(module, owner_name: str = "server") -> set[str]:
+    """Every `server.X` and `self.server.X` in the module (or another name for the server)."""
     tree = ast.parse(inspect.getsource(module))
     used = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
             continue
         owner = node.value
-        if isinstance(owner, ast.Name) and owner.id == "server":
+        if isinstance(owner, ast.Name) and owner.id == owner_name:
             used.add(node.attr)
-        elif (isinstance(owner, ast.Attribute) and owner.attr == "server"
+        elif (isinstance(owner, ast.Attribute) and owner.attr == owner_name
               and isinstance(owner.value, ast.Name) and owner.value.id == "self"):
             used.add(node.attr)
     return used
@@ -71,3 +72,10 @@ def test_queue_server_provides_every_member_of_each_interface(interface):
     server = QueueServer(NodeOptions(Listen(port=0), raft_address="127.0.0.1:0"))
     provided = set(vars(server)) | {name for name in dir(QueueServer)}
     assert _members(interface) <= provided, sorted(_members(interface) - provided)
+
+
+def test_the_shared_connection_code_uses_nothing_of_its_host_beyond_connection_host():
+    """connection.py serves both Session and GearmanSession through `self.host`."""
+    used = _server_attributes_used_by(connection_module, "host")
+    assert used, "the scan found no use at all: it no longer reads connection.py"
+    assert used <= _members(ConnectionHost), sorted(used - _members(ConnectionHost))
