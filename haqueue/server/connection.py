@@ -22,9 +22,10 @@ current entry, in one write. What this class owns, the same for both:
   its turn) stops reading once its decoder holds INPUT_HIGH, so TCP pushes
   back on the sender; one that waits for the rest of a request keeps reading.
 
-A subclass provides `_serve()` (run its pipeline again), `_input_buffered()`,
-`_yield_turn()`, `_close_if_done()` and the attributes `starved`, `yielded`,
-`quitting`; `host` is its server as host.ConnectionHost describes it.
+A subclass provides `_pump()` (run its requests, as far as they can go),
+`_input_buffered()`, `_yield_turn()`, `_close_if_done()` and the attributes
+`starved`, `yielded`, `pumping`; `host` is its server as host.ConnectionHost
+describes it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,23 @@ class Connection(asyncio.Protocol):
         self.needs_lease = False  # a filled slot hands out a job: write it under the lease
         self.paused_reading = False
         self.closed = False
+
+    # ------------------------------------------------------------- pipeline
+    def _serve(self) -> None:
+        """Run what can run, write what is answered, and read only as much as fits."""
+        self.pump()
+        self.flush()
+        self._regulate_reading()
+
+    def pump(self) -> None:
+        """Run the pipeline (the subclass's _pump), unless it yielded its turn or is running."""
+        if self.yielded or self.closed or self.pumping:
+            return
+        self.pumping = True
+        try:
+            self._pump()
+        finally:
+            self.pumping = False
 
     def abort(self) -> None:
         """Drop the connection without replying (outcome unknown / not leader)."""

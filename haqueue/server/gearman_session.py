@@ -170,20 +170,6 @@ class GearmanSession(Connection):
             self.transport.close()
 
     # ------------------------------------------------------------- pipeline
-    def _serve(self) -> None:
-        self.pump()
-        self.flush()
-        self._regulate_reading()
-
-    def pump(self) -> None:
-        if self.yielded or self.closed or self.pumping:
-            return
-        self.pumping = True
-        try:
-            self._pump()
-        finally:
-            self.pumping = False
-
     def _pump(self) -> None:
         queue = self.queue
         budget = COMMANDS_PER_TURN

@@ -121,15 +121,12 @@ class Session(Connection):
     def _input_buffered(self) -> int:
         return self.parser.buffered
 
-    def _serve(self) -> None:
-        self._serve_pipeline()
-
     def data_received(self, data: bytes) -> None:
         self.parser.receive_data(data)
         if self.yielded:  # the scheduled continuation gets to these bytes
             self._regulate_reading()
         else:
-            self._serve_pipeline()
+            self._serve()
 
     def eof_received(self):
         # The client sends no more. Every command it sent is still answered (a
@@ -141,7 +138,7 @@ class Session(Connection):
         if self.reserving and not self.reserve_in_flight:
             self.try_reserve()
         if not self.yielded:
-            self._serve_pipeline()
+            self._serve()
         self._close_if_done()
         return True
 
@@ -170,15 +167,6 @@ class Session(Connection):
             self.transport.close()
 
     # ------------------------------------------------------------- pipeline
-    def pump(self) -> None:
-        if self.yielded or self.closed or self.pumping:
-            return
-        self.pumping = True
-        try:
-            self._pump()
-        finally:
-            self.pumping = False
-
     def _pump(self) -> None:
         queue = self.queue
         parser = self.parser
@@ -250,13 +238,7 @@ class Session(Connection):
     def _next_turn(self) -> None:
         self.yielded = False
         if not self.closed:
-            self._serve_pipeline()
-
-    def _serve_pipeline(self) -> None:
-        """Run what can run, write what is answered, and read only as much as fits."""
-        self.pump()
-        self.flush()
-        self._regulate_reading()
+            self._serve()
 
 
     def _submit(self, command: tuple, body_bytes: int = 0, tube: str | None = None) -> None:
