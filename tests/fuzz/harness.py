@@ -231,10 +231,16 @@ def steps(data: bytes):
     drains its replies (length byte * 64 bytes), 3 loop turns, 4 close, 5 the peer
     half-closes.
     """
+    return _decode_steps(data, 2, lambda pick: VOCABULARY[(pick & 31) % len(VOCABULARY)] * (1 + (pick >> 5)))
+
+
+def _decode_steps(data: bytes, connections: int, word):
+    """The step decoder both session targets share: the head byte's value modulo
+    `connections` is the connection, the rest the op; `word(pick)` is op 1's bytes."""
     i = 0
     while i < len(data):
         head = data[i]
-        conn, op = head & 1, (head >> 1) % 6
+        conn, op = head % connections, (head // connections) % 6
         i += 1
         if op == 0:
             n = data[i] if i < len(data) else 0
@@ -242,7 +248,7 @@ def steps(data: bytes):
             i += 1 + n
         elif op == 1:
             pick = data[i] if i < len(data) else 0
-            yield "send", conn, VOCABULARY[(pick & 31) % len(VOCABULARY)] * (1 + (pick >> 5))
+            yield "send", conn, word(pick)
             i += 1
         elif op == 2:
             n = data[i] if i < len(data) else 255
@@ -475,28 +481,6 @@ def check_gearman_session(data: bytes) -> None:
 
 def _gearman_steps(data: bytes):
     """As steps(), over three connections (the head byte's value mod 3) and the Gearman
-    vocabulary; 6 sends a vocabulary request in two halves, the second in the next step."""
-    i = 0
-    while i < len(data):
-        head = data[i]
-        conn, op = head % 3, (head // 3) % 6
-        i += 1
-        if op == 0:
-            n = data[i] if i < len(data) else 0
-            yield "send", conn, data[i + 1 : i + 1 + n]
-            i += 1 + n
-        elif op == 1:
-            pick = data[i] if i < len(data) else 0
-            word = GEARMAN_VOCABULARY[pick % len(GEARMAN_VOCABULARY)]
-            yield "send", conn, word * (1 + (pick >> 6))
-            i += 1
-        elif op == 2:
-            n = data[i] if i < len(data) else 255
-            yield "drain", conn, (n + 1) * 64
-            i += 1
-        elif op == 3:
-            yield "turn", conn, None
-        elif op == 4:
-            yield "close", conn, None
-        else:
-            yield "eof", conn, None
+    vocabulary (next byte: which, modulo its size; its top two bits how many times less one)."""
+    return _decode_steps(data, 3, lambda pick: GEARMAN_VOCABULARY[pick % len(GEARMAN_VOCABULARY)]
+                         * (1 + (pick >> 6)))
