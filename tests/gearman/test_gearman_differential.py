@@ -387,7 +387,7 @@ def test_a_response_magic_is_an_error_and_a_close_where_gearmand_goes_on():
         c.send(struct.pack(">4sII", b"\0RES", 6, 0))
         (error,) = w.read("RES magic", c)
         w.transcript[-1] = ("RES magic", parse(error)[1][0])
-        w.transcript.append(("closed", b"yes" if c.closed_by_peer(2.0) else b"no"))
+        w.transcript.append(("closed", b"yes" if c.closes(2.0) else b"no"))
 
     reference, ours = run_both(script)
     assert reference[0] == ours[0] == ("RES magic", b"INVALID_MAGIC")

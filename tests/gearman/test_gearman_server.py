@@ -59,7 +59,7 @@ def test_a_size_beyond_the_job_limit_is_refused_from_the_header_and_closed(serve
         c.send(struct.pack(">4sII", b"\0REQ", 7, 2**32 - 1))  # 4 GiB announced, none sent
         name, args = parse(c.packet())
         assert (name, args[0]) == ("ERROR", b"INVALID_PACKET")
-        assert c.closed_by_peer()
+        assert c.closes()
     still_served(server.port)
 
 
@@ -67,7 +67,7 @@ def test_wrong_magic_is_an_error_and_a_close(server):
     with GearConn(server.port) as c:
         c.send(b"\0XYZ" + struct.pack(">II", 1, 0))
         assert parse(c.packet())[1][0] == b"INVALID_MAGIC"
-        assert c.closed_by_peer()
+        assert c.closes()
 
 
 def test_a_truncated_packet_at_end_of_input_is_dropped_and_the_connection_closes(server):
@@ -76,7 +76,7 @@ def test_a_truncated_packet_at_end_of_input_is_dropped_and_the_connection_closes
         c.send(struct.pack(">4sII", b"\0REQ", 16, 10) + b"half")
         c.sock.shutdown(socket.SHUT_WR)
         assert parse(c.packet()) == ("ECHO_RES", (b"whole",))
-        assert c.closed_by_peer()
+        assert c.closes()
 
 
 def test_arguments_over_the_limits_are_refused(server):

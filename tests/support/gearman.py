@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import struct
 import sys
 import time
 
 from haqueue.protocol.gearman import HEADER, PACKETS, request
-from tests.support.servers import (HAQUEUE_START_TIMEOUT, HOST, START_TIMEOUT, ServerProcess, ServerStartError, running,
+from tests.support.servers import (HAQUEUE_START_TIMEOUT, HOST, START_TIMEOUT, RawConn, ServerProcess, ServerStartError, running,
                                    _launch, free_port)
 
 
@@ -74,46 +73,22 @@ def haqueue_gearman(*extra: str, data_dir: str | None = None):
     return running(start_haqueue_gearman, *extra, data_dir=data_dir)
 
 
-class GearConn:
-    """A raw Gearman connection: send packets or lines, read whole packets with a deadline."""
+class GearConn(RawConn):
+    """A raw Gearman connection: send packets or lines, read whole packets with a deadline
+    (the socket handling is RawConn's)."""
 
     def __init__(self, port: int, host: str = HOST, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.timeout = timeout
-        self.buf = bytearray()
-        self.eof = False
+        super().__init__(host, port, timeout)
 
-    def __enter__(self) -> "GearConn":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+    @property
+    def eof(self) -> bool:
+        return self.closed_by_peer
 
     def req(self, name: str, *args: bytes) -> None:
         self.send(request(name, *args))
 
     def _fill(self, deadline: float) -> bool:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or self.eof:
-            return False
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            data = b""
-        if not data:
-            self.eof = True
-        self.buf += data
-        return True
+        return not self.eof and super()._fill(deadline)  # nothing more comes after the end
 
     def packet(self, timeout: float | None = None) -> bytes:
         """The next whole packet's bytes (TimeoutError, or EOFError at end of stream)."""
@@ -165,7 +140,8 @@ class GearConn:
         self.buf.clear()
         return out
 
-    def closed_by_peer(self, timeout: float | None = None) -> bool:
+    def closes(self, timeout: float | None = None) -> bool:
+        """Whether the server closes the connection within `timeout`."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while not self.eof and self._fill(deadline):
             pass
