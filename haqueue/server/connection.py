@@ -74,6 +74,22 @@ class Connection(asyncio.Protocol):
         finally:
             self.pumping = False
 
+    def _input_arrived(self) -> None:
+        """After new bytes went into the decoder: serve them now, unless the turn was
+        used up (the scheduled continuation gets to them; meanwhile, reading may pause)."""
+        if self.yielded:
+            self._regulate_reading()
+        else:
+            self._serve()
+
+    def _input_ended(self) -> bool:
+        """The client sends no more: answer what it sent, then close (_close_if_done).
+        True: keep the transport open for those answers (asyncio's eof_received)."""
+        if not self.yielded:
+            self._serve()
+        self._close_if_done()
+        return True
+
     def abort(self) -> None:
         """Drop the connection without replying (outcome unknown / not leader)."""
         if self.transport is not None and not self.closed:

@@ -121,17 +121,11 @@ class GearmanSession(Connection):
 
     def data_received(self, data: bytes) -> None:
         self.decoder.receive_data(data)
-        if self.yielded:
-            self._regulate_reading()
-        else:
-            self._serve()
+        self._input_arrived()
 
     def eof_received(self):
         self.quitting = True  # answer what was read, then close
-        if not self.yielded:
-            self._serve()
-        self._close_if_done()
-        return True
+        return self._input_ended()
 
     def connection_lost(self, exc) -> None:
         if self.closed:

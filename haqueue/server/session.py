@@ -123,10 +123,7 @@ class Session(Connection):
 
     def data_received(self, data: bytes) -> None:
         self.parser.receive_data(data)
-        if self.yielded:  # the scheduled continuation gets to these bytes
-            self._regulate_reading()
-        else:
-            self._serve()
+        self._input_arrived()
 
     def eof_received(self):
         # The client sends no more. Every command it sent is still answered (a
@@ -137,10 +134,7 @@ class Session(Connection):
         self.half_closed = True
         if self.reserving and not self.reserve_in_flight:
             self.try_reserve()
-        if not self.yielded:
-            self._serve()
-        self._close_if_done()
-        return True
+        return self._input_ended()
 
     def connection_lost(self, exc) -> None:
         if self.closed:
