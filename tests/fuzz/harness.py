@@ -283,14 +283,20 @@ HELD_BOUND = OUTPUT_HIGH + COMMANDS_PER_TURN * (MAX_JOB_SIZE + 64) + 4096
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def check_session(data: bytes) -> None:
+def _fresh_loop() -> tuple[asyncio.AbstractEventLoop, list]:
+    """The one event loop every fuzz input reuses (made once), with its unhandled
+    exceptions collected in the list returned (checked after each step)."""
     global _loop
     if _loop is None:
         _loop = asyncio.new_event_loop()
         asyncio.set_event_loop(_loop)
-    loop = _loop
     errors: list = []
-    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    _loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    return _loop, errors
+
+
+def check_session(data: bytes) -> None:
+    loop, errors = _fresh_loop()
     server = make_server(loop)
     sessions, transports = [], []
     for n in range(2):
@@ -432,13 +438,7 @@ def check_gearman_session(data: bytes) -> None:
     from haqueue.server.gearman_service import GearmanService
     from haqueue.server.gearman_session import GearmanSession
 
-    global _loop
-    if _loop is None:
-        _loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(_loop)
-    loop = _loop
-    errors: list = []
-    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    loop, errors = _fresh_loop()
     server = make_server(loop)
     server.gearman = service = GearmanService(server, "127.0.0.1", 0)
     service.open_ = True
