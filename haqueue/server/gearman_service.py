@@ -75,57 +75,18 @@ class GearmanService:
         self.stop_when_idle = False  # `shutdown graceful` was asked
 
     # What sessions use of the server, in one place (the SessionHost of Gearman).
-    @property
-    def loop(self):
-        return self.server.loop
 
-    @property
-    def max_job_size(self) -> int:
-        return self.server.max_job_size
 
-    @property
-    def limits(self):
-        return self.server.limits
 
-    @property
-    def replica(self):
-        return self.server.replica
 
-    @property
-    def batcher(self):
-        return self.server.batcher
 
-    @property
-    def turns(self):
-        return self.server.turns
 
-    @property
-    def memory(self):
-        return self.server.memory
 
-    @property
-    def counters(self):
-        return self.server.counters
 
-    @property
-    def serving(self) -> bool:
-        return self.server.serving
 
-    @property
-    def draining(self) -> bool:
-        return self.server.draining
 
-    @property
-    def dirty(self):
-        return self.server.dirty
 
-    @property
-    def state(self):
-        return self.server.state
 
-    @property
-    def state_lock(self):
-        return self.server.state_lock
 
     # -------------------------------------------------------------- listener
     async def open(self) -> None:
@@ -141,7 +102,7 @@ class GearmanService:
         """Serve on a bound socket, unless closed meanwhile (leadership lost while awaiting:
         the socket must not stay bound, or the next term could not bind the port)."""
         try:
-            listener = await self.loop.create_server(self._new_session, sock=sock)
+            listener = await self.server.loop.create_server(self._new_session, sock=sock)
         except BaseException:
             sock.close()
             raise
@@ -159,7 +120,7 @@ class GearmanService:
         except OSError as exc:
             # Another node on this host still holds it (a loopback cluster in transition).
             log.warning("cannot serve Gearman on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
-            self._vip_retry = self.loop.call_later(0.2, lambda: self.loop.create_task(self._open_vip()))
+            self._vip_retry = self.server.loop.call_later(0.2, lambda: self.server.loop.create_task(self._open_vip()))
             return
         await self._listen(sock)
 
@@ -204,13 +165,13 @@ class GearmanService:
         self.sessions.pop(session.conn_id, None)
         self.drop_ability(session, None)
         self.server.dirty.discard(session)
-        if self.serving:
-            with self.state_lock:
-                holds = self.state.gearman.holds(session.conn_id)
+        if self.server.serving:
+            with self.server.state_lock:
+                holds = self.server.state.gearman.holds(session.conn_id)
             if holds or session.in_flight:
                 # After anything it still had in flight (log order is submit order):
                 # its running jobs go back to the head of their queues.
-                self.batcher.submit((C.GM_DROP_CONN, session.conn_id), _ignore)
+                self.server.batcher.submit((C.GM_DROP_CONN, session.conn_id), _ignore)
         if self.stop_when_idle and not self.sessions:
             log.info("shutdown graceful: the last Gearman connection closed; stopping")
             self.server.request_stop()
@@ -238,8 +199,8 @@ class GearmanService:
     # ----------------------------------------------------- sleep and wake-up
     def pre_sleep(self, session: GearmanSession) -> None:
         """PRE_SLEEP: a NOOP at once if a job waits for one of its functions, else when one does."""
-        with self.state_lock:
-            waiting = self.state.gearman.grabbable(tuple(session.abilities))
+        with self.server.state_lock:
+            waiting = self.server.state.gearman.grabbable(tuple(session.abilities))
         if waiting:
             session._reply(P.response("NOOP"))
             return
@@ -289,8 +250,8 @@ class GearmanService:
         words = line.split()
         command = words[0].lower() if words else b""
         if command == b"status":
-            with self.state_lock:
-                counts = self.state.gearman.function_counts()
+            with self.server.state_lock:
+                counts = self.server.state.gearman.function_counts()
             workers = {name: len(members) for name, members in self.workers.items()}
             session._reply(A.status_lines(counts, workers))
         elif command == b"workers":
@@ -315,7 +276,7 @@ class GearmanService:
         log.info("Gearman admin asked for shutdown%s", " (graceful)" if graceful else "")
         if not graceful:
             # After this entry's replies are written: the OK reaches its asker.
-            self.loop.call_soon(self.server.request_stop)
+            self.server.loop.call_soon(self.server.request_stop)
             return
         self.stop_when_idle = True
         self._close_listeners()  # refuse new connections; the open ones finish

@@ -88,10 +88,10 @@ class GearmanSession(Connection):
     PROTOCOL = "Gearman client"
 
     def __init__(self, service, conn_id: int) -> None:
-        super().__init__(service)  # connection.py: slots, output and input bounds, the lease
+        super().__init__(service.server)  # connection.py: slots, output and input bounds, the lease
         self.service = service  # gearman_service.GearmanService
         self.conn_id = conn_id
-        self.decoder = P.GearmanDecoder(max_packet=service.max_job_size + ARGUMENT_ROOM)
+        self.decoder = P.GearmanDecoder(max_packet=self.host.max_job_size + ARGUMENT_ROOM)
         self.peer = "-"
         self.queue: deque = deque()  # at most the one decoded request the pipeline waits on
         self.in_flight = 0
@@ -151,7 +151,7 @@ class GearmanSession(Connection):
         if not self.flush_scheduled:
             # Often outside any entry (WORK_DATA, a NOOP): written once this loop turn ends.
             self.flush_scheduled = True
-            self.service.loop.call_soon(self._scheduled_flush)
+            self.host.loop.call_soon(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
         self.flush_scheduled = False
@@ -187,11 +187,11 @@ class GearmanSession(Connection):
                 if self.in_flight:
                     self.blocked_on_writes = True
                     break
-                if not self.service.replica.read_lease_valid():
+                if not self.host.replica.read_lease_valid():
                     self._wait_for_lease()
                     break
             queue.popleft()
-            if not self.service.serving:
+            if not self.host.serving:
                 self.abort()
                 return
             if type(event) is Packet:
@@ -218,7 +218,7 @@ class GearmanSession(Connection):
 
     def _yield_turn(self) -> None:
         self.yielded = True
-        self.service.turns.next_turn(self._next_turn)
+        self.host.turns.next_turn(self._next_turn)
 
     def _next_turn(self) -> None:
         self.yielded = False
@@ -233,7 +233,7 @@ class GearmanSession(Connection):
         slot = [None]
         self.slots.append(slot)
         self.in_flight += 1
-        self.service.batcher.submit(command, partial(self._write_done, slot, on_result))
+        self.host.batcher.submit(command, partial(self._write_done, slot, on_result))
 
     def _write_done(self, slot: list, on_result, result) -> None:
         self.in_flight -= 1
@@ -248,7 +248,7 @@ class GearmanSession(Connection):
             return
         slot[0] = reply
         self.held_bytes += len(reply)
-        self.service.dirty.add(self)
+        self.host.dirty.add(self)
         if self.in_flight == 0 and self.blocked_on_writes:
             self.blocked_on_writes = False
             self.pump()
@@ -257,7 +257,7 @@ class GearmanSession(Connection):
 
     # ------------------------------------------------------------- requests
     def _protocol_error(self, event: ProtocolError) -> None:
-        self.service.counters.gearman_errors += 1
+        self.host.counters.gearman_errors += 1
         if event.fatal:
             code = b"INVALID_MAGIC" if event.reason.startswith("bad magic") else b"INVALID_PACKET"
             self._reply(error(code, event.reason.encode()))
@@ -269,7 +269,7 @@ class GearmanSession(Connection):
     def _packet(self, packet: Packet) -> None:
         handler = _HANDLERS.get(packet.name)
         if handler is None:  # a response type sent as a request: the wrong role
-            self.service.counters.gearman_errors += 1
+            self.host.counters.gearman_errors += 1
             self._reply(NOT_EXPECTED)
             return
         handler(self, packet.args)
@@ -289,15 +289,14 @@ class GearmanSession(Connection):
         if len(function) > MAX_FUNCTION or len(unique) > MAX_UNIQUE:
             self._reply(error(b"INVALID_ARGUMENTS", b"Function name or unique id too long"))
             return
-        if len(data) > self.service.max_job_size:
+        if len(data) > self.host.max_job_size:
             self._reply(error(b"DATA_TOO_LARGE", b"Job data larger than the server allows"))
             return
-        service = self.service
-        if service.draining:
+        if self.host.draining:
             self._reply(error(b"draining", b"Server is draining"))
             return
-        if not service.memory.admits(len(data)):
-            service.counters.out_of_memory_replies += 1
+        if not self.host.memory.admits(len(data)):
+            self.host.counters.out_of_memory_replies += 1
             self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Server is out of memory"))
             return
         self.submit((C.GM_SUBMIT, self.conn_id, function.decode("latin-1"), unique, data, priority,
@@ -305,16 +304,16 @@ class GearmanSession(Connection):
 
     def _get_status(self, args) -> None:
         handle = args[0]
-        with self.service.state_lock:
-            known, running, numerator, denominator = self.service.state.gearman.status(
+        with self.host.state_lock:
+            known, running, numerator, denominator = self.host.state.gearman.status(
                 handle.decode("latin-1"))
         self._reply(P.response("STATUS_RES", handle, b"1" if known else b"0", b"1" if running else b"0",
                                b"%d" % numerator, b"%d" % denominator))
 
     def _get_status_unique(self, args) -> None:
         unique = args[0]
-        with self.service.state_lock:
-            known, running, numerator, denominator, waiting = self.service.state.gearman.status_by_unique(unique)
+        with self.host.state_lock:
+            known, running, numerator, denominator, waiting = self.host.state.gearman.status_by_unique(unique)
         self._reply(P.response("STATUS_RES_UNIQUE", unique, b"1" if known else b"0", b"1" if running else b"0",
                                b"%d" % numerator, b"%d" % denominator, b"%d" % waiting))
 
@@ -347,9 +346,9 @@ class GearmanSession(Connection):
             self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long"))
             return
         function = name.decode("latin-1")
-        if function not in self.abilities and len(self.abilities) >= self.service.limits.max_watched_tubes:
+        if function not in self.abilities and len(self.abilities) >= self.host.limits.max_watched_tubes:
             # Every GRAB_JOB logs the worker's functions: bounded, as watched tubes are.
-            self.service.counters.out_of_memory_replies += 1
+            self.host.counters.out_of_memory_replies += 1
             self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Too many functions for one worker"))
             return
         self.service.set_ability(self, function, timeout)
@@ -364,14 +363,13 @@ class GearmanSession(Connection):
         self.service.pre_sleep(self)
 
     def _grab(self, name: str) -> None:
-        service = self.service
         self.service.wake_off(self)
         functions = tuple(reversed(self.abilities))  # newest first, as gearmand tries them
         if not self.in_flight:
             # Nothing of ours in flight: the applied state can tell "nothing for you"
             # without an entry (a stale answer costs the worker one PRE_SLEEP/NOOP round).
-            with service.state_lock:
-                found = service.state.gearman.grabbable(functions)
+            with self.host.state_lock:
+                found = self.host.state.gearman.grabbable(functions)
             if not found:
                 self._reply(P.response("NO_JOB"))
                 return
@@ -386,7 +384,7 @@ class GearmanSession(Connection):
         self.needs_lease = True
         timeout = self.abilities.get(function, 0)
         if timeout:
-            self.job_timers[handle] = self.service.loop.call_later(timeout, self._job_timed_out, handle)
+            self.job_timers[handle] = self.host.loop.call_later(timeout, self._job_timed_out, handle)
         h, f = handle.encode(), function.encode("latin-1")
         if name == "GRAB_JOB":
             return P.response("JOB_ASSIGN", h, f, data)
@@ -396,10 +394,10 @@ class GearmanSession(Connection):
         """CAN_DO_TIMEOUT ran out: the job fails, as the protocol document says (gearmand
         requeues it silently); its clients get WORK_FAIL, the worker's late result JOB_NOT_FOUND."""
         self.job_timers.pop(handle, None)
-        if self.closed or not self.service.serving:
+        if self.closed or not self.host.serving:
             return
         service = self.service
-        service.batcher.submit((C.GM_FINISH, self.conn_id, handle),
+        self.host.batcher.submit((C.GM_FINISH, self.conn_id, handle),
                                lambda result: result is not None and result[0] == "ENDED" and
                                service.forward(result[1], "WORK_FAIL", handle.encode()))
 
@@ -438,8 +436,8 @@ class GearmanSession(Connection):
     def _work_data(self, name: str, args) -> None:
         handle = args[0]
         service = self.service
-        with service.state_lock:
-            job = service.state.gearman.jobs.get(handle.decode("latin-1"))
+        with self.host.state_lock:
+            job = self.host.state.gearman.jobs.get(handle.decode("latin-1"))
             clients = tuple(job.clients) if job is not None and job.worker == self.conn_id else None
         if clients is None:
             self._reply(error(b"JOB_NOT_FOUND", b"Job does not exist on server"))

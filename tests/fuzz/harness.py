@@ -412,7 +412,7 @@ class GearmanScriptedTransport(ScriptedTransport):
     def close(self) -> None:
         if not self.closing:
             self.closing = True
-            self.protocol.service.loop.call_soon(self._lose)
+            self.protocol.host.loop.call_soon(self._lose)
 
     abort = close
 
