@@ -482,12 +482,7 @@ class QueueServer:
         if self.gearman is not None:
             self.gearman.close(graceful)
         for session in list(self.sessions):
-            if graceful:
-                session.flush()
-                if session.transport is not None:
-                    session.transport.close()
-            else:
-                session.abort()
+            session.end(graceful)
         if self.batcher is not None:
             self.batcher.closed = True
             self.batcher.fail_pending()

@@ -90,6 +90,17 @@ class Connection(asyncio.Protocol):
         self._close_if_done()
         return True
 
+    def end(self, graceful: bool) -> None:
+        """Leadership is gone or the node stops: write what is answered and close
+        (graceful), or drop the connection at once (the outcome of what is in flight
+        is unknown, and the client must not take silence for an answer)."""
+        if graceful:
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+        else:
+            self.abort()
+
     def abort(self) -> None:
         """Drop the connection without replying (outcome unknown / not leader)."""
         if self.transport is not None and not self.closed:

@@ -132,12 +132,7 @@ class GearmanService:
         self.open_ = False
         self._close_listeners()
         for session in list(self.sessions.values()):
-            if graceful:
-                session.flush()
-                if session.transport is not None:
-                    session.transport.close()
-            else:
-                session.abort()
+            session.end(graceful)
         self.sleepers.clear()
 
     def _close_listeners(self) -> None:
