@@ -182,24 +182,32 @@ def _key(name: str) -> bytes:
     return _dumps(name) + b":"
 
 
-def _echoed(request: Request | None) -> list[tuple[str, Any]]:
+def _echoed(request: Request | None) -> tuple[bytes, ...]:
     if isinstance(request, GetId):
-        echo = [("action", request.action), ("rule_name", request.rule), ("app_name", request.app)]
-        return echo + ([("salt", request.salt)] if request.salt is not None else [])
+        return _echo_parts(request.action, request.rule, request.app, request.salt)
     if isinstance(request, Monitor):
-        return [("action", "monitor"), ("rule_name", request.rule), ("app_name", request.app)]
-    return []
+        return _echo_parts("monitor", request.rule, request.app, None)
+    return ()
 
 
-def _bounded(head: list[tuple[str, Any]], request: Request | None) -> bytes:
-    """head's fields, seq if sent, then the echoed fields while the reply fits."""
+@functools.lru_cache(maxsize=4096)
+def _echo_parts(action: str, rule: str, app: str, salt: str | None) -> tuple[bytes, ...]:
+    """The echoed fields, encoded: a client asks for the same rule and app again and again,
+    so each key's echo is encoded once (a third of a reply's cost)."""
+    echo = [("action", action), ("rule_name", rule), ("app_name", app)]
+    if salt is not None:
+        echo.append(("salt", salt))
+    return tuple(_key(key) + _dumps(value) for key, value in echo)
+
+
+def _bounded(head: list[bytes], request: Request | None) -> bytes:
+    """head's fields (encoded), seq if sent, then the echoed fields while the reply fits."""
     seq = getattr(request, "seq", NO_SEQ)
-    parts = [_key(k) + _dumps(v) for k, v in head]
+    parts = list(head)
     if seq is not NO_SEQ:
         parts.append(b'"seq":' + _dumps(seq))
     size = 1 + sum(len(p) + 1 for p in parts)  # braces and commas
-    for key, value in _echoed(request):
-        part = _key(key) + _dumps(value)
+    for part in _echoed(request):
         if size + len(part) + 1 > MAX_REPLY:
             break
         parts.append(part)
@@ -207,8 +215,15 @@ def _bounded(head: list[tuple[str, Any]], request: Request | None) -> bytes:
     return b"{" + b",".join(parts) + b"}"
 
 
+def _encoded(head: list[tuple[str, Any]]) -> list[bytes]:
+    return [_key(k) + _dumps(v) for k, v in head]
+
+
+_SUCCESS_HEAD = (b'"code":0', b'"message":"success"')
+
+
 def success(request: GetId, id_text: str) -> bytes:
-    return _bounded([("code", 0), ("message", "success"), ("data", id_text)], request)
+    return _bounded([*_SUCCESS_HEAD, b'"data":' + _dumps(id_text)], request)
 
 
 def monitor_reply(request: Monitor, report: dict) -> bytes:
@@ -216,7 +231,7 @@ def monitor_reply(request: Monitor, report: dict) -> bytes:
     data = dict(report)
     while True:
         head = [("code", 0), ("message", "ok"), ("data", data)]
-        reply = _bounded(head, request)
+        reply = _bounded(_encoded(head), request)
         if len(reply) <= MAX_REPLY or len(data) <= 2:
             return reply
         data.popitem()
@@ -226,7 +241,7 @@ def error(request: Request | None, error_name: str, message: str, leader: str | 
     head = [("code", -1), ("message", message), ("error", error_name)]
     if leader is not None and len(leader) <= 64:
         head.append(("leader", leader))
-    return _bounded(head, request)
+    return _bounded(_encoded(head), request)
 
 
 def bad_request(request: BadRequest) -> bytes:
