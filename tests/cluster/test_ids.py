@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from tests.cluster.convergence import wait_converged
+from tests.support import servers
 
 VIP = "127.0.0.100"
 FAILOVER_BOUND = 10.0
@@ -26,9 +27,7 @@ IDS_EACH_SIDE = 30
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((VIP, 0))
-        return sock.getsockname()[1]
+    return servers.free_udp_port(VIP)  # free on the VIP, where the leader binds it too
 
 
 def get_id(sock: socket.socket, deadline: float, rule: str = "counter") -> int | None:

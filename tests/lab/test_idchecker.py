@@ -10,8 +10,7 @@ import sys
 
 from haqueue.lab import idchecker
 from haqueue.lab.lab import wait_for
-from tests.server.test_ids_udp import free_udp_port
-from tests.support.servers import start_haqueue
+from tests.support.servers import free_udp_port, start_haqueue
 
 
 class IdHistory:

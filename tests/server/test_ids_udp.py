@@ -11,15 +11,9 @@ import urllib.request
 
 import pytest
 
-from tests.support.servers import HOST, free_port, start_haqueue
+from tests.support.servers import HOST, free_port, free_udp_port, start_haqueue
 
 DEADLINE = 10.0
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 class IdClient:

@@ -9,10 +9,12 @@ H:1, H:2, ... in order of first appearance, so two servers' replies compare byte
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import time
 
@@ -173,3 +175,29 @@ class Normaliser:
 
     def _name(self, match) -> bytes:
         return self.names.setdefault(match.group(0), b"H:%d" % (len(self.names) + 1))
+
+
+# --- the lab's Gearman workload (haqueue/lab/gearmanworkload.py), run by tests on loopback ---------
+
+COMPLETED = '"type":"ok","f":"delete"'  # a history line: a WORK_COMPLETE acknowledged
+
+
+def lab_workload(mode: str, host: str, port: int, history, *extra: str) -> list[str]:
+    """The argv of `python -m haqueue.lab.gearmanworkload MODE` against host:port."""
+    return [sys.executable, "-m", "haqueue.lab.gearmanworkload", mode, "--host", host, "--port", str(port),
+            "--history", str(history), *extra]
+
+
+def completed(history) -> int:
+    """How many completions the history records so far."""
+    return history.read_text().count(COMPLETED) if history.exists() else 0
+
+
+def drain_and_check(host: str, port: int, history, drained) -> dict:
+    """Drain the queue with the workload, then judge both histories with the lab's queue checker."""
+    from haqueue.lab import checker
+
+    done = subprocess.run(lab_workload("drain", host, port, drained), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = [json.loads(line) for path in (history, drained) for line in path.read_text().splitlines()]
+    return checker.check(events)

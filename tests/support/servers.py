@@ -37,6 +37,13 @@ class ConnectionClosed(ConnectionError):
     """The peer closed the connection before the awaited replies arrived."""
 
 
+def free_udp_port(host: str = HOST) -> int:
+    """A UDP port the kernel just handed out on `host` (the id service's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def free_port(host: str = HOST) -> int:
     """A port the kernel just handed out; the caller binds it soon after (small race)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
