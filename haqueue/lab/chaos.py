@@ -433,31 +433,31 @@ def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
     return faults
 
 
+def _in_client(lab: Lab, module: str, port: int, history: Path, *args: str) -> list[str]:
+    """`python -m haqueue.lab.MODULE ARGS` in the client namespace, against the VIP's `port`."""
+    return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", f"haqueue.lab.{module}", *args,
+            "--host", lab.state.vip, "--port", str(port), "--history", str(history)]
+
+
 def _workload(lab: Lab, mode: str, history: Path, *extra: str) -> list[str]:
-    return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue.lab.workload", mode,
-            "--host", lab.state.vip, "--port", str(lab.cluster.client_port), "--history", str(history), *extra]
+    return _in_client(lab, "workload", lab.cluster.client_port, history, mode) + list(extra)
+
+
+def _gearman(lab: Lab, mode: str, history: Path) -> list[str]:
+    return _in_client(lab, "gearmanworkload", lab.cluster.gearman_port, history, mode)
 
 
 def _side_workloads(lab: Lab, out_dir: Path) -> dict[str, tuple[list[str], Path]]:
     """The workloads that run beside the queue's, for the other protocols on the same log:
     name -> (its run command, its history). Only those whose port the lab's cluster opens."""
-    def command(module: str, port: int, history: Path, *mode: str) -> list[str]:
-        return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", f"haqueue.lab.{module}",
-                *mode, "--host", lab.state.vip, "--port", str(port), "--history", str(history)]
-
     side = {}
     if lab.cluster.id_port:
-        side["id-workload"] = (command("idworkload", lab.cluster.id_port, out_dir / "ids.jsonl"),
-                               out_dir / "ids.jsonl")
-    gearman_port = getattr(lab.cluster, "gearman_port", 0)
-    if gearman_port:
-        side["gearman-workload"] = (command("gearmanworkload", gearman_port, out_dir / "gearman.jsonl", "run"),
-                                    out_dir / "gearman.jsonl")
+        history = out_dir / "ids.jsonl"
+        side["id-workload"] = (_in_client(lab, "idworkload", lab.cluster.id_port, history), history)
+    if lab.cluster.gearman_port:
+        history = out_dir / "gearman.jsonl"
+        side["gearman-workload"] = (_gearman(lab, "run", history), history)
     return side
-
-
-def _gearman_drain(run_command: list[str], history: Path) -> list[str]:
-    return [("drain" if word == "run" else word) for word in run_command[:-1]] + [str(history)]
 
 
 def _events(history: Path) -> list[dict]:
@@ -506,7 +506,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
     # each history checked apart.
     processes = {"workload": workload}
     if "gearman-workload" in side:
-        leftover = subprocess.run(_gearman_drain(side["gearman-workload"][0], out_dir / "gearman-before.jsonl"),
+        leftover = subprocess.run(_gearman(lab, "drain", out_dir / "gearman-before.jsonl"),
                                   capture_output=True, text=True, timeout=300)
         if leftover.returncode != 0:
             raise LabError(f"could not empty the Gearman queue before the run: {leftover.stdout.strip()}")
@@ -562,9 +562,9 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         if not report["ids"]["ok"]:
             errors.append("the id service's history failed its check (see ids in report.json)")
     if "gearman-workload" in side:
-        command, gearman_history = side["gearman-workload"]
+        gearman_history = side["gearman-workload"][1]
         drained = out_dir / "gearman-drain.jsonl"
-        done = subprocess.run(_gearman_drain(command, drained), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(_gearman(lab, "drain", drained), capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             errors.append(f"the Gearman drain did not empty the queue: {done.stdout.strip()}")
         # The queue's checker judges it: submit = put, grab = reserve, complete = delete (gearmanworkload.py).
