@@ -83,12 +83,10 @@ class AdminServer:
                     given.strip(), self.token.encode())
         return False
 
-    def answer(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
+    def answer(self, path: str) -> tuple[int, str, bytes | list[bytes]]:
         """(status, content type, body); a long body may come as a list of chunks."""
         node_server = self.server
         route, _, query = path.partition("?")
-        if route in PROTECTED and not authorized:
-            return 401, "text/plain", b"token required\n"
         if route == "/":
             from haqueue.server.status_page import page
 
@@ -124,17 +122,19 @@ class AdminServer:
         return 404, "text/plain", b"not found\n"
 
     async def answer_async(self, path: str, authorized: bool = True) -> tuple[int, str, bytes | list[bytes]]:
-        """`answer`, and the routes that wait for other nodes (/cluster) or a commit (/id)."""
+        """`answer`, and the routes that wait for other nodes (/cluster) or a commit (/id).
+        The one way in, so the token is checked here, for every protected route."""
+        route = path.partition("?")[0]
+        if route in PROTECTED and not authorized:
+            return 401, "text/plain", b"token required\n"
         if path.startswith("/id/"):
             return await self._id(path)
-        if path.partition("?")[0] == "/cluster" and self.server.replica is not None:
-            if not authorized:
-                return 401, "text/plain", b"token required\n"
+        if route == "/cluster" and self.server.replica is not None:
             from haqueue.server.status_page import cluster_view
 
             view = await cluster_view(self.server)
             return 200, "application/json", json.dumps(view, sort_keys=True).encode() + b"\n"
-        return self.answer(path, authorized)
+        return self.answer(path)
 
     async def _id(self, path: str) -> tuple[int, str, bytes]:
         from haqueue.protocol import idjson
