@@ -23,6 +23,9 @@ What is installed, and where it is defined:
    (time.monotonic), so every deadline compares readings of one clock. A test replaces
    its source (`use_clock`) to run a cluster in virtual time, ticked by hand
    (tests/support/ticked.py).
+5. `createPoller`: every node polls its sockets through on_loop.EpollPoller,
+   whose one descriptor the server's event loop watches, so that the node
+   ticks on the loop (on_loop.py) rather than in a thread of its own.
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
 raft_node.py; nothing outside haqueue/replication imports pysyncobj.
 """
@@ -102,6 +105,14 @@ def install() -> None:
         return original_create_journal(journal_file)
 
     _syncobj_module.createJournal = create_journal
+    from pysyncobj.poller import POLL_EVENT_TYPE
+
+    from haqueue.replication import on_loop
+    from haqueue.replication.on_loop import EpollPoller
+
+    assert (on_loop._READ, on_loop._WRITE, on_loop._ERROR) == (
+        POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR)
+    _syncobj_module.createPoller = lambda _poller_type: EpollPoller()
     import pysyncobj.dns_resolver
     import pysyncobj.transport
 

@@ -8,8 +8,9 @@ what applying each did: its results and its effects, as one value
 guess an answer. It reads the queue state under `state_lock`, asks whether
 this node leads (`is_leader`, `term`) and whether its read lease holds, and
 hears of role changes and fatal errors through the two callbacks it passes
-in. Nothing here is asyncio-aware: callbacks run in the replication thread,
-and the front end hands them over to its loop.
+in. A server's replica ticks on its event loop (on_loop.py), so callbacks run
+in the loop's thread; started without a loop (tests, tools), they run in the
+replication thread, and the front end hands them over to its loop.
 
 pysyncobj stays behind this class: raft_node.ReplicatedQueue is its only
 subclass, and the attributes pysyncobj names (raftCurrentTerm, _isLeader,
@@ -18,6 +19,7 @@ raftCommitIndex...) are read here and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from dataclasses import dataclass
@@ -126,10 +128,15 @@ class Replica:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._raft.start()
+        """Start ticking: on the running event loop (on_loop.py), or without one in a thread."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._raft.start(loop)
 
     def stop(self) -> None:
-        """Stop ticking and release the node's files (blocks for up to one tick)."""
+        """Stop ticking and release the node's files (from the loop's thread, if it ticks on one)."""
         self._raft.stop()
 
     # ---------------------------------------------------------------- state

@@ -307,8 +307,8 @@ class QueueServer:
             self._id_listener.close()
         if self.admin_server is not None:
             await self.admin_server.stop()
-        # Joining the tick thread blocks; it is short (one tick).
-        await self.loop.run_in_executor(None, self.replica.stop)
+        # On the loop's thread: the replica ticks on this loop (on_loop.py).
+        self.replica.stop()
 
     # ------------------------------------------------------------ leadership
     def _role_changed(self, role: str, term: int) -> None:

@@ -1,0 +1,148 @@
+"""pysyncobj ticked on the server's event loop: one thread from a client's bytes to its reply.
+
+A Raft node used to tick in a thread of its own. Every command then crossed
+threads twice (the loop wrote to pysyncobj's notification pipe to wake the
+tick thread; the tick thread handed the applied entry back through the
+loop's self-pipe), and the leader's fsync was a third thread. Each crossing
+is a wake-up and a handover of the interpreter lock, and on a busy loop the
+lock is handed over only when the waiting thread has waited a whole switch
+interval (5 ms). Measured on the leader of three nodes sharing one core
+(issue 9, docs/benchmarks.md): a sequential `put` took 3.1 ms, a third of
+the leader's lock time went to waking the journal's worker, and in segment
+mode the id service's tick thread woke 5,000 times a second to hand the lock
+back and forth while the loop did the work.
+
+Here the node runs on the loop instead:
+- `EpollPoller` is pysyncobj's poller interface (subscribe, unsubscribe,
+  poll) on one epoll instance. Its own descriptor is readable whenever one of
+  the Raft sockets it watches has an event, so the loop watches that single
+  descriptor and ticks when it fires; `poll(0)` then dispatches the events.
+  pysyncobj_patches installs it as pysyncobj's poller. A thread (tests, tools)
+  can still block in `poll(timeout)`.
+- `LoopTicker` ticks the node (`ReplicatedQueue.tick(0)`): when a Raft socket
+  is ready, when a command is submitted (it replaces pysyncobj's pipe
+  notification with a `call_soon`), and every TICK_PERIOD for timers
+  (heartbeats, elections, leases, connection retries). A tick that
+  dispatched events is followed by another at once, as the thread's loop
+  did: acknowledgements read in one tick commit and apply in the next.
+
+The work that blocks stays short and bounded: a follower's fsync before it
+acknowledges, and the leader's before it applies an entry (raft_node point
+3); the loop reads no client bytes meanwhile, and what arrives rides in the
+next entry (group commit, as in lone.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+
+TICK_PERIOD = 0.01  # seconds between timer ticks; the thread's poll waited at most 0.02
+MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other callbacks run
+
+# pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
+# module stays free of pysyncobj imports, like everything but the patches and raft_node.
+_READ, _WRITE, _ERROR = 1, 2, 4
+
+
+class EpollPoller:
+    """pysyncobj's Poller on one epoll instance, whose descriptor an event loop can watch."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._callbacks: dict = {}
+        self.dispatched = 0  # events the last poll handed out
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def subscribe(self, descr, callback, eventMask) -> None:
+        mask = ((select.EPOLLIN if eventMask & _READ else 0)
+                | (select.EPOLLOUT if eventMask & _WRITE else 0)
+                | (select.EPOLLERR if eventMask & _ERROR else 0))
+        if descr in self._callbacks:
+            try:
+                self._epoll.modify(descr, mask)
+            except FileNotFoundError:  # closed without unsubscribe, its number reused
+                self._epoll.register(descr, mask)
+        else:
+            try:
+                self._epoll.register(descr, mask)
+            except FileExistsError:
+                self._epoll.modify(descr, mask)
+        self._callbacks[descr] = callback
+
+    def unsubscribe(self, descr) -> None:
+        self._callbacks.pop(descr, None)
+        try:
+            self._epoll.unregister(descr)
+        except (OSError, ValueError):  # never registered, already closed, or the poller is closed
+            pass
+
+    def poll(self, timeout) -> None:
+        events = self._epoll.poll(timeout if timeout > 0 else 0)
+        self.dispatched = len(events)
+        callbacks = self._callbacks
+        for descr, event in events:
+            mask = ((_READ if event & select.EPOLLIN else 0)
+                    | (_WRITE if event & select.EPOLLOUT else 0)
+                    | (_ERROR if event & (select.EPOLLERR | select.EPOLLHUP) else 0))
+            callback = callbacks.get(descr)  # an earlier callback may have unsubscribed it
+            if callback is not None:
+                callback(descr, mask)
+
+    def close(self) -> None:
+        self._callbacks.clear()
+        self._epoll.close()
+
+
+class LoopTicker:
+    """Ticks one ReplicatedQueue on `loop` (call every method from the loop's thread)."""
+
+    def __init__(self, raft, loop: asyncio.AbstractEventLoop, period: float = TICK_PERIOD) -> None:
+        self.raft = raft
+        self.loop = loop
+        self.period = period
+        self.running = False
+        self._poller = raft.epoll_poller
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.running = True
+        self.loop.add_reader(self._poller.fileno(), self._tick)
+        self._timer = self.loop.call_soon(self._on_timer)
+
+    def stop(self) -> None:
+        if not self.running:
+            return
+        self.running = False
+        self.loop.remove_reader(self._poller.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def notify(self) -> None:
+        """Something to do now (a command was submitted): tick once the loop's
+        current callbacks have run, so that one tick takes all of them."""
+        if not self._scheduled and self.running:
+            self._scheduled = True
+            self.loop.call_soon(self._tick)
+
+    def _on_timer(self) -> None:
+        self._tick()
+        if self.running:
+            self._timer = self.loop.call_later(self.period, self._on_timer)
+
+    def _tick(self) -> None:
+        self._scheduled = False
+        if not self.running:
+            return
+        raft, poller = self.raft, self._poller
+        for _ in range(MAX_ROUNDS):
+            if not raft.tick_once():
+                raft.stop()  # the node must stop (raft_node point 11): say nothing more
+                return
+            if not poller.dispatched:
+                return
+        self.notify()  # still busy: let the loop's other callbacks run first

@@ -1,0 +1,118 @@
+"""Raft on the event loop (replication/on_loop.py): the poller, and three nodes ticked by one loop.
+
+The poller is pysyncobj's interface on an epoll instance, tested with real
+socket pairs: what it reports, what it forgets, a descriptor closed without
+unsubscribing and its number reused. The cluster is three real
+ReplicatedQueue nodes on loopback, each started on the same asyncio loop (as
+each server starts its own), committing real entries: nothing of Raft runs
+in a thread of its own, and an entry's outcome arrives on the loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+from haqueue.core import commands as C
+from haqueue.core.commands import encode_batch
+from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
+from haqueue.replication.fsync_policy import NEVER
+from haqueue.replication.on_loop import EpollPoller
+from haqueue.replication.raft_node import ReplicatedQueue
+from tests.support.ticked import free_ports
+
+READ, WRITE, ERROR = 1, 2, 4
+
+
+def test_the_poller_reports_readiness_as_pysyncobj_names_it_and_forgets_what_is_unsubscribed():
+    poller = EpollPoller()
+    a, b = socket.socketpair()
+    try:
+        seen = []
+        poller.subscribe(a.fileno(), lambda fd, mask: seen.append((fd, mask)), READ | ERROR)
+        poller.poll(0)
+        assert seen == [] and poller.dispatched == 0  # nothing to read yet
+        b.send(b"x")
+        poller.poll(0)
+        assert seen == [(a.fileno(), READ)] and poller.dispatched == 1
+        seen.clear()
+        poller.subscribe(a.fileno(), lambda fd, mask: seen.append((fd, mask)), READ | WRITE | ERROR)  # a modify
+        poller.poll(0)
+        assert seen == [(a.fileno(), READ | WRITE)]
+        seen.clear()
+        poller.unsubscribe(a.fileno())
+        poller.poll(0)
+        assert seen == [] and poller.dispatched == 0
+        poller.unsubscribe(a.fileno())  # twice: harmless, as pysyncobj may do
+    finally:
+        a.close()
+        b.close()
+        poller.close()
+
+
+def test_a_descriptor_closed_without_unsubscribing_can_be_subscribed_again_when_its_number_returns():
+    poller = EpollPoller()
+    first, peer = socket.socketpair()
+    try:
+        number = first.fileno()
+        poller.subscribe(number, lambda fd, mask: None, READ)
+        first.close()  # epoll drops a closed descriptor by itself
+        peer.close()
+        again, other = socket.socketpair()  # the lowest free numbers: one of them is `number`
+        try:
+            if other.fileno() == number:
+                again, other = other, again
+            assert again.fileno() == number, "the kernel did not hand the number out again"
+            seen = []
+            poller.subscribe(again.fileno(), lambda fd, mask: seen.append(mask), READ)
+            other.send(b"x")
+            poller.poll(0)
+            assert seen == [READ]
+        finally:
+            again.close()
+            other.close()
+    finally:
+        poller.close()
+
+
+def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_loop_thread():
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+        nodes = [ReplicatedQueue(a, [p for p in addresses if p != a], data_dir=None, policy=NEVER, secret="s")
+                 for a in addresses]
+        try:
+            for node in nodes:
+                node.start(loop)
+            assert not [t for t in threading.enumerate() if t.name == "raft-tick"]
+            deadline = loop.time() + 10
+            while not any(node._isLeader() for node in nodes):
+                assert loop.time() < deadline, "no leader elected on the loop"
+                await asyncio.sleep(0.01)
+            leader = next(node for node in nodes if node._isLeader())
+            outcomes = []
+            for i in range(20):  # one entry at a time, as a synchronous client makes them
+                done = loop.create_future()
+
+                def applied(result, error, done=done):
+                    outcomes.append(threading.get_ident())
+                    done.set_result((result, error))
+
+                entry = encode_batch(1_000 + i, [(C.PUT, "default", 1024, 0, 60_000, b"job %d" % i)])
+                leader.submit(entry, applied)
+                result, error = await asyncio.wait_for(done, 5)
+                assert error == raft_node.FAIL_SUCCESS and result.results[0][0] == "INSERTED"
+            assert set(outcomes) == {threading.get_ident()}  # every outcome on the loop's thread
+            with leader.state_lock:
+                assert leader.state.tube("default").ready_count == 20
+            # The followers apply too, from the appends and heartbeats that follow (point 16).
+            while any(node.raftLastApplied < leader.raftCommitIndex for node in nodes):
+                assert loop.time() < deadline + 5, "a follower never applied the committed entries"
+                await asyncio.sleep(0.01)
+        finally:
+            for node in nodes:
+                node.stop()
+        assert all(node.epoll_poller._epoll.closed for node in nodes)
+
+    asyncio.run(run())
