@@ -22,9 +22,10 @@ Here the node runs on the loop instead:
 - `LoopTicker` ticks the node (`ReplicatedQueue.tick(0)`): when a Raft socket
   is ready, when a command is submitted (it replaces pysyncobj's pipe
   notification with a `call_soon`), and every TICK_PERIOD for timers
-  (heartbeats, elections, leases, connection retries). A tick that
-  dispatched events is followed by another at once, as the thread's loop
-  did: acknowledgements read in one tick commit and apply in the next.
+  (heartbeats, elections, leases, connection retries). When a socket is
+  ready, its events are handed out before the tick's work, so that an
+  acknowledgement commits and applies in the same tick; a tick whose own
+  poll handed out more events is followed by another at once.
 
 The work that blocks stays short and bounded: a follower's fsync before it
 acknowledges, and the leader's before it applies an entry (raft_node point
@@ -37,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import select
 
-TICK_PERIOD = 0.01  # seconds between timer ticks; the thread's poll waited at most 0.02
+TICK_PERIOD = 0.02  # seconds between timer ticks, as the tick thread's poll waited at most; heartbeats are 0.05
 MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other callbacks run
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
@@ -110,7 +111,7 @@ class LoopTicker:
 
     def start(self) -> None:
         self.running = True
-        self.loop.add_reader(self._poller.fileno(), self._tick)
+        self.loop.add_reader(self._poller.fileno(), self._on_events)
         self._timer = self.loop.call_soon(self._on_timer)
 
     def stop(self) -> None:
@@ -134,15 +135,21 @@ class LoopTicker:
         if self.running:
             self._timer = self.loop.call_later(self.period, self._on_timer)
 
-    def _tick(self) -> None:
+    def _on_events(self) -> None:
+        # A socket is ready: its events first, so that the tick's work acts on
+        # them (an acknowledgement commits and applies in this same tick).
+        self._tick(events_first=True)
+
+    def _tick(self, events_first: bool = False) -> None:
         self._scheduled = False
         if not self.running:
             return
         raft, poller = self.raft, self._poller
         for _ in range(MAX_ROUNDS):
-            if not raft.tick_once():
+            if not raft.tick_once(events_first=events_first):
                 raft.stop()  # the node must stop (raft_node point 11): say nothing more
                 return
             if not poller.dispatched:
                 return
+            events_first = False  # the tick's own poll has just handed them out
         self.notify()  # still busy: let the loop's other callbacks run first

@@ -23,7 +23,8 @@ What is installed, and where it is defined:
    (time.monotonic), so every deadline compares readings of one clock. A test replaces
    its source (`use_clock`) to run a cluster in virtual time, ticked by hand
    (tests/support/ticked.py).
-5. `createPoller`: every node polls its sockets through on_loop.EpollPoller,
+5. `Node.__hash__` reads the node's id directly (it went through a property).
+6. `createPoller`: every node polls its sockets through on_loop.EpollPoller,
    whose one descriptor the server's event loop watches, so that the node
    ticks on the loop (on_loop.py) rather than in a thread of its own.
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
@@ -66,11 +67,19 @@ class JournalSpec(str):
 
 
 _clock = _time.monotonic
+_clocked_modules: list = []  # pysyncobj's modules, each reading the clock as `monotonicTime`
 
 
 def monotonic() -> float:
     """Seconds on the clock pysyncobj and raft_node share (point 4 above)."""
     return _clock()
+
+
+def _point_clock(source) -> None:
+    # pysyncobj reads its clock dozens of times per message: its modules call the
+    # source itself, not monotonic() above, which would be a second call each time.
+    for module in _clocked_modules:
+        module.monotonicTime = source
 
 
 @contextmanager
@@ -79,10 +88,18 @@ def use_clock(source):
     a cluster ticked by hand in virtual time)."""
     global _clock
     previous, _clock = _clock, source
+    _point_clock(source)
     try:
         yield
     finally:
         _clock = previous
+        _point_clock(previous)
+
+
+def _node_hash(node) -> int:
+    # pysyncobj's Node hashes through its `id` property: two Python calls per
+    # lookup of a dict keyed by nodes, a hundred lookups per committed entry.
+    return hash(node._id)
 
 
 _installed = False
@@ -116,7 +133,10 @@ def install() -> None:
     import pysyncobj.dns_resolver
     import pysyncobj.transport
 
-    for module in (_syncobj_module, pysyncobj.tcp_connection, pysyncobj.transport, pysyncobj.dns_resolver):
-        module.monotonicTime = monotonic
+    _clocked_modules[:] = [_syncobj_module, pysyncobj.tcp_connection, pysyncobj.transport, pysyncobj.dns_resolver]
+    _point_clock(_clock)
+    import pysyncobj.node
+
+    pysyncobj.node.Node.__hash__ = _node_hash
     wire.install(_syncobj_module, pysyncobj.tcp_connection)
     _installed = True

@@ -196,6 +196,7 @@ class SyncingTransport(TCPTransport):
         self.lease_acks: dict = {}
         self._seq_from: dict = {}
         self._ack_through: dict = {}  # node -> cap on the next acknowledgement (append_guard)
+        self._sent_at: dict = {}  # node -> when this node last sent it anything (keep_alive)
         syncObj.transport = self
 
     def setOnMessageReceivedCallback(self, callback):
@@ -293,10 +294,15 @@ class SyncingTransport(TCPTransport):
         if conn is not None:
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
-    def keep_alive(self) -> None:
-        """Send every peer a message pysyncobj ignores (point 8 above)."""
+    def keep_alive(self, period: float) -> None:
+        """Send a message pysyncobj ignores (point 8 above) to every peer this
+        node has sent nothing to within `period`: any message keeps a link alive,
+        and a busy link needs no keepalive of its own."""
+        since = monotonic() - period
+        sent_at = self._sent_at
         for node in list(self.peers_up):
-            super().send(node, KEEPALIVE)
+            if sent_at.get(node, float("-inf")) <= since:
+                self.send(node, KEEPALIVE)
 
     def send(self, node, message):
         if self._syncObj.fatal_error is not None:
@@ -326,6 +332,7 @@ class SyncingTransport(TCPTransport):
             # group commit): see flush_acknowledgements.
             self.deferred_acks.append((node, message))
             return True
+        self._sent_at[node] = monotonic()
         return super().send(node, message)
 
     def flush_acknowledgements(self) -> None:
@@ -334,7 +341,9 @@ class SyncingTransport(TCPTransport):
             return
         acks, self.deferred_acks = self.deferred_acks, []
         self._syncObj.journal.sync()
+        now = monotonic()
         for node, message in acks:
+            self._sent_at[node] = now
             super().send(node, message)
 
 
@@ -524,9 +533,13 @@ class ReplicatedQueue(SyncObj):
             pass
         self._destroy()
 
-    def tick_once(self, timeout: float = 0.0) -> bool:
-        """One tick, its failures handled; False once the node must stop ticking."""
+    def tick_once(self, timeout: float = 0.0, *, events_first: bool = False) -> bool:
+        """One tick, its failures handled; False once the node must stop ticking.
+        `events_first`: hand out the sockets' pending events before the tick's
+        work, which then acts on them (a loop calls it when a socket is ready)."""
         try:
+            if events_first:
+                self._poller.poll(0)
             self.tick(timeout)
         except JournalError as exc:
             # Point 11: a node that cannot write its journal must not say
@@ -559,7 +572,7 @@ class ReplicatedQueue(SyncObj):
             self.observations.note_followers(self.peer_match_indexes, self.ticked_at)
         if monotonic() >= self._next_keepalive and self.transport is not None:
             self._next_keepalive = monotonic() + self._keepalive_period
-            self.transport.keep_alive()
+            self.transport.keep_alive(self._keepalive_period)
         self._watch_majority()
         journal = self.journal
         if journal is not None:
