@@ -194,6 +194,7 @@ class SyncingTransport(TCPTransport):
         self._append_seq = 0
         self._appends_sent: dict = {}
         self.lease_acks: dict = {}
+        self.lease_until = float("-inf")  # read_lease_valid's last answer holds until then
         self._seq_from: dict = {}
         self._ack_through: dict = {}  # node -> cap on the next acknowledgement (append_guard)
         self._sent_at: dict = {}  # node -> when this node last sent it anything (keep_alive)
@@ -261,6 +262,7 @@ class SyncingTransport(TCPTransport):
         """A new role or term: nothing acknowledged before counts."""
         self.lease_acks.clear()
         self._appends_sent.clear()
+        self.lease_until = float("-inf")
 
     def peers_acknowledged_since(self, since: float) -> int:
         """Peers that acknowledged an append of this term sent after `since` (lease_clock)."""
@@ -618,8 +620,19 @@ class ReplicatedQueue(SyncObj):
         transport = self.transport
         if transport is None or not self._isLeader():
             return False
-        since = lease_clock() - self._hear_window
-        return self._is_majority(transport.peers_acknowledged_since(since) + 1)
+        now = lease_clock()
+        if now < transport.lease_until:
+            return True
+        # The lease lasts until the majority's oldest needed acknowledgement is
+        # hear_window old. Within a term acknowledgements only move forward, so
+        # that end holds until it passes (reset_lease forgets it on a new role):
+        # a read asked per datagram (the id service) need not count peers each time.
+        acks = sorted(transport.lease_acks.values(), reverse=True)
+        needed = (len(self._partners) + 1) // 2  # peers that make a majority with this node
+        if len(acks) < needed:
+            return False
+        transport.lease_until = acks[needed - 1] + self._hear_window
+        return now < transport.lease_until
 
     def followed_within(self, seconds: float) -> bool:
         """Has a majority acknowledged this leader's appends sent within `seconds`?

@@ -210,3 +210,25 @@ def test_parse_never_raises_and_every_reply_fits(fields, pad):
     for reply in replies:
         assert len(reply) <= idjson.MAX_REPLY
         assert type(json.loads(reply)) is dict
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.builds(GetId, st.sampled_from(["get", "create"]), st.text(min_size=1, max_size=64),
+                 st.text(min_size=1, max_size=64), st.none() | st.text(max_size=64),
+                 st.just(idjson.NO_SEQ) | st.none() | st.integers(-10**15, 10**15) | st.text(max_size=20)),
+       st.text(min_size=1, max_size=64))
+def test_a_success_reply_is_the_same_bytes_from_its_cached_frame(request, id_text):
+    # success() wraps a plain id in a frame cached per request and id length;
+    # it must be byte for byte what building the reply field by field gives.
+    built = idjson._bounded([*idjson._SUCCESS_HEAD, b'"data":' + idjson._dumps(id_text)], request)
+    assert idjson.success(request, id_text) == built
+    assert json.loads(built)["data"] == id_text
+
+
+def test_the_same_datagram_parses_to_the_same_request_once():
+    datagram = json.dumps({"action": "get", "rule_name": "o2o", "app_name": "cached"}).encode()
+    before = idjson.parse.cache_info().hits
+    first, second = idjson.parse(datagram), idjson.parse(bytes(datagram))
+    assert first == GetId("get", "o2o", "cached") and second is first
+    assert idjson.parse.cache_info().hits == before + 1
+    assert idjson.parse.cache_info().maxsize == 1024  # bounded: junk only evicts
