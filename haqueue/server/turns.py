@@ -25,6 +25,11 @@ the loop blocks in its poll without the lock, and the tick thread commits (or
 heartbeats) at full speed; an applied entry wakes the loop. Writes are served
 before the next round of a flood, and a flooder loses at most
 TURN_DEFER_SECONDS per turn, never its turns.
+
+Raft now ticks on the loop itself (replication/on_loop.py), so there is no
+lock to hand over; the wait still serves: while a flooder's turn waits, the
+loop runs the ticks that commit the waiting write and the replies that
+follow, instead of another round of the flood between each of them.
 """
 
 from __future__ import annotations
