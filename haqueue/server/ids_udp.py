@@ -2,7 +2,8 @@
 
 `IdRequests` turns a parsed request (protocol/idjson.py) into an answer:
 - get/create of an exact-mode rule: an ID_RESERVE command through the group-commit batcher, so a
-  reservation rides the same Raft entries as the queue's commands; the id is
+  reservation rides the same Raft entries as the queue's commands (the gets of one key
+  that arrive together share one reservation of as many values); the id is
   rendered from the committed values and the entry's stamp, and the reply
   goes out only after commit and apply (docs/design.md I1). Outcome unknown
   (leadership lost with the entry in flight) -> no reply: the client retries,
@@ -63,6 +64,7 @@ from collections import deque
 from typing import Callable, ContextManager, Protocol
 
 from haqueue.core import commands as C
+from haqueue.core.ids import MAX_RESERVE
 from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
@@ -198,6 +200,9 @@ class IdRequests:
         self.server = server
         self.pending = 0
         self.segments: dict[tuple[str, str], Segments] = {}  # segment-mode keys: this leader's blocks
+        # Exact-mode gets waiting for this loop iteration's reservations, by key (_reserve_gathered).
+        self._gathered: dict[tuple[str, str], list[tuple[GetId, Respond]]] = {}
+        self._gathering = False
         # Raft endpoint -> that node's id service "address:port", to name the leader.
         self.leader_endpoints = leader_endpoints or {}
         self._leader_cache: tuple[float, str | None] = (-1.0, None)
@@ -242,8 +247,50 @@ class IdRequests:
             respond(None, None)
             return
         self.pending += 1
-        server.batcher.submit((C.ID_RESERVE, request.rule, request.app, 1),
-                              lambda result: self._reserved(request, respond, result))
+        self._gathered.setdefault((request.rule, request.app), []).append((request, respond))
+        if not self._gathering:
+            self._gathering = True
+            server.loop.call_soon(self._reserve_gathered)
+
+    # -------------------------------------------------------------- exact mode
+    def _reserve_gathered(self) -> None:
+        """One ID_RESERVE of n values for the n gets of a key that arrived since the
+        loop last came here. reserve(n) hands out up to n consecutive values, and the
+        first `count` gets take them in the order they arrived: the same ids, and the
+        same EXHAUSTED for the rest, as n reservations of one in one entry would give,
+        at the cost of one command instead of n on every node. Measured, 64 clients:
+        about 16 gets per entry, so an entry applied 16 reservations on each node."""
+        self._gathering = False
+        gathered, self._gathered = self._gathered, {}
+        server = self.server
+        batcher = server.batcher
+        for (rule, app), waiting in gathered.items():
+            if not server.serving or batcher is None or batcher.closed:
+                self._answer_gathered(waiting, None)
+                continue
+            for start in range(0, len(waiting), MAX_RESERVE):
+                part = waiting[start:start + MAX_RESERVE]
+                batcher.submit((C.ID_RESERVE, rule, app, len(part)),
+                               lambda result, part=part: self._answer_gathered(part, result))
+
+    def _answer_gathered(self, waiting: list, result: tuple | None) -> None:
+        self.pending -= len(waiting)
+        if result is None or result[0] != "RESERVED":
+            for request, respond in waiting:
+                self._reserved_error(request, respond, result)
+            return
+        _, first, count, step, now = result
+        with self.server.state_lock:
+            rule = self.server.state.ids.rules.get(waiting[0][0].rule)
+        if rule is None:  # removed by a later entry already applied: cannot render it
+            for _request, respond in waiting:
+                respond(None, None)
+            return
+        for i, (request, respond) in enumerate(waiting):
+            if i < count:
+                respond("ok", idjson.success(request, rule.render(first + i * step, now, request.salt or "")))
+            else:  # the counter ran out inside this reservation, as a later one of its own would
+                respond("exhausted", idjson.exhausted(request, rule.cycle_end_ms(rule.cycle(now)), rule.utc_offset))
 
     # ------------------------------------------------------------ segment mode
     def _from_segment(self, request: GetId, rule, respond: Respond) -> None:
@@ -321,7 +368,11 @@ class IdRequests:
 
     def drop_blocks(self) -> None:
         """Leadership is gone: every block is wasted, every waiter gets silence
-        (the outcome of a reservation in flight is unknown)."""
+        (the outcome of a reservation in flight is unknown), and so does every
+        exact-mode get gathered but not yet submitted."""
+        gathered, self._gathered = self._gathered, {}
+        for waiting in gathered.values():
+            self._answer_gathered(waiting, None)
         segments, self.segments = self.segments, {}
         for one in segments.values():
             for _request, respond in one.waiting:
@@ -345,22 +396,6 @@ class IdRequests:
             respond("not_exist", idjson.not_exist(request))
         else:
             respond("ok", idjson.monitor_reply(request, report))
-
-    def _reserved(self, request: GetId, respond: Respond, result: tuple | None) -> None:
-        self.pending -= 1
-        if result is None:
-            respond(None, None)  # outcome unknown: the id may be taken, so say nothing
-            return
-        if result[0] == "RESERVED":
-            _, first, _count, _step, now = result
-            with self.server.state_lock:
-                rule = self.server.state.ids.rules.get(request.rule)
-            if rule is None:  # removed by a later entry already applied: cannot render it
-                respond(None, None)
-                return
-            respond("ok", idjson.success(request, rule.render(first, now, request.salt or "")))
-        else:
-            self._reserved_error(request, respond, result)
 
     def _reserved_error(self, request: GetId, respond: Respond, result: tuple | None) -> None:
         tag = result[0] if result is not None else None

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import threading
 
+from haqueue.core import commands as C
 from haqueue.core.idrules import IdRule
 from haqueue.core.ids import IdState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
-from tests.support.held import HeldCommands, Lease
+from tests.support.held import HeldCommands, Lease, SoonLoop
 
 NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z
 
@@ -42,6 +43,7 @@ class Node:
         self.replica = Lease()
         self.batcher = Held(self.state)
         self.serving = True
+        self.loop = SoonLoop()
 
 
 def ask(requests: IdRequests, datagram: dict) -> list:
@@ -148,3 +150,45 @@ def test_source_limit_buckets_refill_are_per_address_and_bounded():
     # Buckets that filled again are forgotten to make room.
     assert limit.allow("c", 10.0) and "c" in limit.buckets
     assert all(ids_udp.SourceLimit(rate=0).allow("a", 0.0) for _ in range(10_000))
+
+
+def test_gets_of_one_key_in_one_loop_turn_share_one_reservation_in_arrival_order():
+    node, requests = make()
+    node.loop.immediate = False  # the loop reads several datagrams before it gets to its callbacks
+    replies = [ask(requests, get(rule="salted", app="a", salt=salt, seq=i)) for i, salt in enumerate("xyz")]
+    other = ask(requests, get(rule="salted", app="b"))
+    node.loop.run_soon()
+    commands = [command for command, _ in node.batcher.waiting]
+    assert commands == [(C.ID_RESERVE, "salted", "a", 3), (C.ID_RESERVE, "salted", "b", 1)]
+    node.batcher.commit()
+    assert [r[0][1]["data"] for r in replies] == ["S000x", "S001y", "S002z"]  # each its own salt, in order
+    assert [r[0][1]["seq"] for r in replies] == [0, 1, 2]
+    assert other[0][1]["data"] == "S000" and requests.pending == 0
+
+
+def test_a_shared_reservation_that_runs_out_answers_the_rest_exhausted_as_single_ones_would():
+    node, requests = make()
+    node.loop.immediate = False
+    replies = [ask(requests, get()) for _ in range(5)]  # "tiny" holds three values
+    node.loop.run_soon()
+    node.batcher.commit()
+    assert [r[0][1]["data"] for r in replies[:3]] == ["T0", "T1", "T2"]
+    for late in replies[3:]:
+        assert late[0][0] == "exhausted" and late[0][1]["message"] == "counter exhausted"
+    single_node, single = make()
+    one_by_one = []
+    for _ in range(5):  # the same five, one reservation each
+        one_by_one.append(ask(single, get()))
+        single_node.batcher.commit()
+    assert [r[0] for r in one_by_one] == [r[0] for r in replies]
+    assert requests.pending == 0
+
+
+def test_gets_gathered_when_leadership_is_lost_get_silence_and_no_entry():
+    node, requests = make()
+    node.loop.immediate = False
+    replies = [ask(requests, get()) for _ in range(2)]
+    requests.drop_blocks()  # what the server does on stepping down
+    node.loop.run_soon()
+    assert node.batcher.waiting == [] and replies == [[(None, None)], [(None, None)]]
+    assert requests.pending == 0

@@ -29,7 +29,7 @@ from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
-from tests.support.held import HeldCommands, Lease
+from tests.support.held import HeldCommands, Lease, SoonLoop
 
 DAY = 86_400_000
 T0 = 1_795_363_200_000  # 2026-11-22T16:00:00Z = 2026-11-23T00:00+08:00, a cycle start
@@ -80,6 +80,7 @@ class Node:
         self.replica = Lease()
         self.batcher = Log(self)
         self.serving = True
+        self.loop = SoonLoop()
 
 
 class Deposed:
@@ -94,6 +95,8 @@ class Deposed:
         self.replica.valid = False
         self.batcher = self
         self.serving = True
+        self.loop = SoonLoop()
+        self.closed = False
 
     def submit(self, command, continuation) -> None:
         continuation(None)

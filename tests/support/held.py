@@ -10,6 +10,7 @@ class HeldCommands:
 
     def __init__(self) -> None:
         self.waiting: list[tuple] = []
+        self.closed = False  # the batcher after leadership was lost
 
     def submit(self, command, continuation) -> None:
         self.waiting.append((command, continuation))
@@ -26,3 +27,23 @@ class Lease:
 
     def read_lease_valid(self) -> bool:
         return self.valid
+
+
+class SoonLoop:
+    """The loop's call_soon, for a front end tested without a loop: callbacks wait until
+    run_soon() (or run at once with immediate=True, as if the loop got to them first)."""
+
+    def __init__(self, immediate: bool = True) -> None:
+        self.immediate = immediate
+        self.ready: list = []
+
+    def call_soon(self, callback, *args) -> None:
+        if self.immediate:
+            callback(*args)
+        else:
+            self.ready.append((callback, args))
+
+    def run_soon(self) -> None:
+        ready, self.ready = self.ready, []
+        for callback, args in ready:
+            callback(*args)
