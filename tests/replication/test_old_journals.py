@@ -4,7 +4,10 @@ tests/testdata/journals/NAME/ is a lone node's data directory (snapshot plus
 journal) that the code of an old commit wrote, and NAME.json what that old code
 said of it (scripts/write-old-journal made both). For each one, the current
 code must (a) replay it offline to the same state the old code replayed, and
-(b) serve it, as a restarted node, exactly as the old code served it.
+(b) serve it, as a restarted node, exactly as the old code served it, and go on
+doing so after a restart that leaves old and new entries in one journal. Other
+tests check the data itself: what each snapshot holds, and that each journal
+uses every opcode its format has.
 
 The last tests keep the checklist honest: raising LOG_FORMAT_VERSION or
 SNAPSHOT_FORMAT_VERSION without storing a directory of the version before
@@ -24,6 +27,7 @@ import pytest
 
 import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported safely first)
 from haqueue.core import commands as C
+from haqueue.core.job import BURIED, RESERVED
 from haqueue.core.state import SNAPSHOT_FORMAT_VERSION
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.journal import DurableJournal, unframe
@@ -103,6 +107,33 @@ def test_the_stored_directory_is_what_its_manifest_says(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_the_snapshot_holds_the_state_meant_for_it(name):
+    """So that reading the old snapshot format is really exercised, not only its journal."""
+    m = manifest(name)
+    meant = m["written"]["in_snapshot"]
+    _magic, records, _raft = pickle.loads((JOURNALS / name / "raft.snapshot").read_bytes())
+    states = {record[0]: record[6] for record in records[6]}
+    assert [states[job] for job in meant["buried_in_order"]] == [BURIED, BURIED]
+    assert states[meant["reserved"]] == RESERVED
+    tubes = {record[0]: record for record in records[5]}
+    assert tubes[meant["paused_tube"]][4] > 0  # its pause
+    if m["snapshot_format"] >= 2:
+        assert list(tubes[meant["paused_tube"]][6]) == meant["buried_in_order"]
+    if m["snapshot_format"] >= 3:
+        assert records[8][-2 if m["snapshot_format"] >= 4 else -1], "no id counters in the snapshot"
+    if m["snapshot_format"] >= 4:
+        assert [job[1] for job in records[9][2]] == ["thumb"]  # the Gearman job queued before it
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_journal_uses_every_opcode_of_its_format(name):
+    used = {command[0] for _version, commands in journal_commands(JOURNALS / name) for command in commands}
+    known = {op for op in C.NAMES if C.entry_version(op) <= manifest(name)["log_format"]}
+    missing = known - used - set(NOT_IN_ANY_JOURNAL)
+    assert not missing, sorted(C.NAMES[op] for op in missing)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_offline_replay_gives_the_state_the_old_code_replayed(name, tmp_path):
     m = manifest(name)
     expected = m["replay"]
@@ -141,20 +172,42 @@ def test_node_replay_command_reads_it(name, tmp_path):
 @pytest.mark.parametrize("name", NAMES)
 def test_a_current_node_serves_it_as_the_old_node_did(name, tmp_path):
     m = manifest(name)
-    data = str(copy_of(name, tmp_path))
-    id_port = free_udp_port() if m["ids"] else None
-    extra = ("-f", "0") + (("--id-port", str(id_port)) if id_port else ())
-    if m["gearman"]:
-        server = start_haqueue_gearman(*extra, data_dir=data)
-        port, gearman_port = server.beanstalk_port, server.port
-    else:
-        server = start_haqueue(*extra, data_dir=data)
-        port, gearman_port = server.port, None
+    server, port, id_port, gearman_port = start_current(m, str(copy_of(name, tmp_path)))
     try:
         served = observe(port, id_port, gearman_port)
     finally:
         server.stop()
     assert served == m["served"]
+
+
+def start_current(m: dict, data: str):
+    """A current lone node on `data`: (server, beanstalk port, id port, Gearman port)."""
+    id_port = free_udp_port() if m["ids"] else None
+    extra = ("-f", "0") + (("--id-port", str(id_port)) if id_port else ())
+    if m["gearman"]:
+        server = start_haqueue_gearman(*extra, data_dir=data)
+        return server, server.beanstalk_port, id_port, server.port
+    server = start_haqueue(*extra, data_dir=data)
+    return server, server.port, id_port, None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_upgraded_directory_survives_a_restart_of_the_current_node(name, tmp_path):
+    """After a current node has run on it, the directory holds old entries then new ones."""
+    m = manifest(name)
+    data = str(copy_of(name, tmp_path))
+    views = []
+    for _ in range(2):
+        server, port, id_port, gearman_port = start_current(m, data)
+        try:
+            views.append(observe(port, id_port, gearman_port))
+        finally:
+            server.stop()
+    first, second = views
+    if m["ids"]:
+        # each view took an id: the second one the next
+        assert int(second.pop("next_id")) == int(first.pop("next_id")) + 1
+    assert second == first == {k: v for k, v in m["served"].items() if k != "next_id"}
 
 
 def test_every_older_log_format_has_a_stored_journal():
