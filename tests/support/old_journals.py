@@ -77,6 +77,12 @@ def observe(port: int, id_port: int | None = None, gearman_port: int | None = No
     for tube in tubes:
         st = yaml_dict(body_of(c.cmd(f"stats-tube {tube}", expect="OK")))
         out["tubes"][tube] = {k: v for k, v in st.items() if k not in TIME_DEPENDENT}
+        # which job comes first: priority order, and the buried queue's order
+        c.cmd(f"use {tube}", expect="USING")
+        for kind in ("ready", "delayed", "buried"):
+            reply = c.cmd(f"peek-{kind}")
+            out["tubes"][tube][f"peek-{kind}"] = int(reply.split()[1]) if reply.startswith(b"FOUND") else None
+    c.cmd("use default", expect="USING")
     out["jobs"] = {}
     for job_id in range(1, int(stats["total-jobs"]) + 1):
         reply = c.cmd(f"stats-job {job_id}")
