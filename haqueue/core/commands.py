@@ -14,8 +14,13 @@ Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
    An entry carries the lowest version that knows all its commands, so a
    cluster being upgraded node by node keeps running until a new command
    is used (an old node then stops with one line instead of diverging).
-4. Keep a journal written by the old version in tests/testdata and a test
-   that replays it.
+4. Keep a data directory written by the old version: before the bump, run
+   `scripts/write-old-journal COMMIT logvN-snapvM` with the last commit of
+   the old version; it lands in tests/testdata/journals/ with what the old
+   code said of it, and tests/replication/test_old_journals.py replays it and
+   serves it with the current code. That test fails while a format below
+   LOG_FORMAT_VERSION (or core/state.py's SNAPSHOT_FORMAT_VERSION) has no
+   directory, or an opcode of an older format occurs in none.
 """
 
 from __future__ import annotations

@@ -47,6 +47,8 @@ from haqueue.core.tube import Tube, compact, overgrown
 # That section carries its own version (ids.IDS_FORMAT_VERSION), so its shape
 # changes without a new snapshot format.
 # 4: a tenth section, Gearman's state (core/gearman.py); 3 and older read as no Gearman jobs.
+# Before a new format, store a data directory of this one (core/commands.py,
+# checklist item 4; tests/replication/test_old_journals.py insists).
 SNAPSHOT_FORMAT_VERSION = 4
 
 
