@@ -100,6 +100,8 @@ def render_unit(cluster: Cluster, node: Node, command: str) -> str:
         f"User={d.user}",
         f"Group={d.user}",
         f"ExecStart={d.haqueue_bin} serve --config {d.config_path} --node {node.id} -b {data_dir}",
+        "# systemctl reload: re-read the cluster file's [[id_rules]]; the leader commits them.",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=always",
         "RestartSec=1",
         "# SIGTERM: haqueue closes its client listener and connections, then exits.",
