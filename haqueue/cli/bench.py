@@ -409,7 +409,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM ends bench as Ctrl-C does, so the servers it started are stopped by PID."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        # Exactly as Ctrl-C: inside asyncio.run, Python 3.11's runner has its own
+        # SIGINT handler, which cancels the load's main task and raises
+        # KeyboardInterrupt once it has unwound. Raising it here instead landed
+        # anywhere inside the event loop's machinery, and the loop's shutdown then
+        # sometimes hung (tests/bench/test_servers.py saw bench outlive 10 s).
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if callable(on_ctrl_c):  # Python's default raises KeyboardInterrupt; asyncio's cancels
+            on_ctrl_c(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt  # Ctrl-C ignored here (SIG_IGN): SIGTERM still stops bench
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)

@@ -174,12 +174,14 @@ def test_installed_realserver_units_pass_systemd_analyze_verify(tmp_path):
     assert [u.name for u in units] == ["haqueue-lvs-realserver.service", "haqueue.service"]
     script = root / "usr/local/sbin/lvs-realserver.sh"
     assert script.stat().st_mode & 0o111 and "TUN mode" in script.read_text()
-    # verify wants ExecStart's program under the root; with --destdir install.sh
-    # installs no venv, so stand in for the haqueue entry point.
-    stand_in = root / "usr/local/bin/haqueue"
-    stand_in.parent.mkdir(parents=True, exist_ok=True)
-    stand_in.write_text("#!/bin/sh\n")
-    stand_in.chmod(0o755)
+    # verify wants every Exec program under the root; with --destdir install.sh
+    # installs no venv, so stand in for the haqueue entry point, and for the
+    # system's kill that ExecReload runs.
+    for program in ("usr/local/bin/haqueue", "bin/kill"):
+        stand_in = root / program
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text("#!/bin/sh\n")
+        stand_in.chmod(0o755)
     # The targets and slices the units depend on, from this machine's systemd.
     shutil.copytree(SYSTEM_UNITS, root / SYSTEM_UNITS.relative_to("/"), symlinks=True)
     for unit in units:
