@@ -264,9 +264,12 @@ class SyncingTransport(TCPTransport):
         self._appends_sent.clear()
         self.lease_until = float("-inf")
 
-    def peers_acknowledged_since(self, since: float) -> int:
-        """Peers that acknowledged an append of this term sent after `since` (lease_clock)."""
-        return sum(1 for sent_at in list(self.lease_acks.values()) if sent_at > since)
+    def majority_acknowledged_at(self, peers_needed: int) -> float:
+        """The send time (lease_clock) of the newest append of this term that
+        `peers_needed` peers have acknowledged: with this node, a majority has
+        everything sent up to then. -inf while too few have answered."""
+        acks = sorted(self.lease_acks.values(), reverse=True)
+        return acks[peers_needed - 1] if len(acks) >= peers_needed else float("-inf")
 
     def peers_heard_within(self, seconds: float) -> int:
         since = monotonic() - seconds
@@ -623,15 +626,11 @@ class ReplicatedQueue(SyncObj):
         now = lease_clock()
         if now < transport.lease_until:
             return True
-        # The lease lasts until the majority's oldest needed acknowledgement is
-        # hear_window old. Within a term acknowledgements only move forward, so
-        # that end holds until it passes (reset_lease forgets it on a new role):
-        # a read asked per datagram (the id service) need not count peers each time.
-        acks = sorted(transport.lease_acks.values(), reverse=True)
-        needed = (len(self._partners) + 1) // 2  # peers that make a majority with this node
-        if len(acks) < needed:
-            return False
-        transport.lease_until = acks[needed - 1] + self._hear_window
+        # The lease lasts until the send the majority acknowledged is hear_window
+        # old. Within a term acknowledgements only move forward, so that end holds
+        # until it passes (reset_lease forgets it on a new role): a read asked per
+        # datagram (the id service) need not count peers each time.
+        transport.lease_until = transport.majority_acknowledged_at(self._peers_for_majority()) + self._hear_window
         return now < transport.lease_until
 
     def followed_within(self, seconds: float) -> bool:
@@ -649,7 +648,11 @@ class ReplicatedQueue(SyncObj):
         transport = self.transport
         if transport is None or not self._isLeader():
             return False
-        return self._is_majority(transport.peers_acknowledged_since(lease_clock() - seconds) + 1)
+        return transport.majority_acknowledged_at(self._peers_for_majority()) > lease_clock() - seconds
+
+    def _peers_for_majority(self) -> int:
+        """Peers that make a majority with this node."""
+        return (len(self._partners) + 1) // 2
 
     def _is_majority(self, nodes: int) -> bool:
         """Do `nodes` (this one included) make a majority of the cluster?"""

@@ -35,7 +35,7 @@ from haqueue.replication.replay import replay_with_tail
 from haqueue.replication.snapshot import SNAPSHOT_MAGIC
 from tests.support.gearman import start_haqueue_gearman
 from tests.support.old_journals import TEN_YEARS, observe
-from tests.support.servers import HOST, free_udp_port, start_haqueue
+from tests.support.servers import free_udp_port, start_haqueue
 
 JOURNALS = Path(__file__).resolve().parent.parent / "testdata" / "journals"
 NAMES = sorted(p.stem for p in JOURNALS.glob("*.json"))
