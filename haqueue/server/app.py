@@ -478,7 +478,8 @@ class QueueServer:
             listener.close()
         if self._id_listener is not None:
             self._id_listener.close_vip()
-        self.id_requests.drop_blocks()
+        if "id_requests" in vars(self):  # made (cached_property) once the id service was asked
+            self.id_requests.drop_blocks()
         if self.gearman is not None:
             self.gearman.close(graceful)
         for session in list(self.sessions):

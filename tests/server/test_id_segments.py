@@ -15,6 +15,7 @@ across leaders, snapshots, lost entries and clocks that jump or run back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -29,6 +30,7 @@ from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
+from tests.fuzz.harness import make_server
 from tests.support.held import HeldCommands, Lease, SoonLoop
 
 DAY = 86_400_000
@@ -296,3 +298,16 @@ def test_ids_never_repeat_or_go_back_per_key_across_leaders_restarts_and_clock_s
         for stamp, commands in node.applied:
             replay.apply_batch(stamp, commands)
         assert replay.digest() == node.state.digest()
+
+
+def test_a_node_whose_id_service_was_never_asked_steps_down_without_making_it():
+    # Stepping down (every failover, every stop) drops the blocks the id service
+    # held; a node never asked for an id holds none, and must not import the id
+    # modules and build the service only to drop nothing.
+    loop = asyncio.new_event_loop()
+    try:
+        server = make_server(loop)
+        server._step_down(graceful=True)
+    finally:
+        loop.close()
+    assert "id_requests" not in vars(server)
