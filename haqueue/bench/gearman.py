@@ -9,11 +9,14 @@ Owns the two Gearman workloads, with synchronous clients as users run them
   next GRAB_JOB behind it, PRE_SLEEP -> NOOP when idle); completed jobs/s.
   Producers stay at most `backlog` jobs ahead of the workers.
 
-and the servers: real gearmand with its in-memory queue, against a haqueue
-cluster started here (three nodes on loopback by default, durable: each
-acknowledgement after a majority fsynced, -f0) or a single node. Each is
-started on free loopback ports and stopped by PID on every way out. Every
-reply is checked; an unexpected one ends the run with a BenchError.
+and the servers, each started on free loopback ports and stopped by PID on
+every way out: real gearmand with its in-memory queue (the issue's yardstick,
+which keeps nothing across a crash), gearmand with its persistent libsqlite3
+queue (where Debian's build has it: every background job stored in SQLite,
+two fdatasyncs, before JOB_CREATED; the durable peer), and a haqueue cluster
+started here (three nodes on loopback by default, durable: each acknowledgement
+after a majority fsynced, -f0) or a single node. Every reply is checked; an
+unexpected one ends the run with a BenchError.
 """
 
 from __future__ import annotations
@@ -198,16 +201,43 @@ def _spawn(argv: list[str]) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+GEARMAND_MEMORY, GEARMAND_SQLITE = "gearmand (memory)", "gearmand (sqlite)"
+
+
+def gearmand_has_sqlite_queue() -> bool:
+    """Whether this gearmand was built with its libsqlite3 persistent queue (Debian's is)."""
+    try:
+        shown = subprocess.run([gearmand_path(), "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--libsqlite3-db" in shown.stdout
+
+
 @contextmanager
-def gearmand_started() -> Iterator[tuple[str, int]]:
-    """gearmand with its in-memory queue on a free loopback port."""
+def gearmand_started(queue_db: str | None = None) -> Iterator[tuple[str, int]]:
+    """gearmand on a free loopback port: its in-memory queue, or with `queue_db` its
+    libsqlite3 queue in that file (a background job is stored before JOB_CREATED, and
+    a gearmand started on the same file runs the jobs left in it)."""
     port = free_port()
-    proc = _spawn([gearmand_path(), "-L", HOST, "-p", str(port), "--log-file=none", "--queue-type=builtin"])
+    queue = ["--queue-type=builtin"] if queue_db is None else ["--queue-type=libsqlite3",
+                                                               f"--libsqlite3-db={queue_db}"]
+    proc = _spawn([gearmand_path(), "-L", HOST, "-p", str(port), "--log-file=none", *queue])
     try:
         _wait_serving((HOST, port), "gearmand", proc)
         yield (HOST, port)
     finally:
         stop_process(proc)
+
+
+@contextmanager
+def gearmand_durable_started() -> Iterator[tuple[str, int]]:
+    """gearmand with its libsqlite3 queue in a fresh file, removed afterwards."""
+    workdir = tempfile.mkdtemp(prefix="haqueue-bench-gearmand-")
+    try:
+        with gearmand_started(os.path.join(workdir, "queue.sqlite")) as address:
+            yield address
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextmanager
@@ -247,13 +277,18 @@ def haqueue_started(nodes: int) -> Iterator[tuple[str, int]]:
 def bench_gearman(workload: str, nodes: int = 3, connections: int = 8, workers: int = 4, body_size: int = 100,
                   duration: float = 5.0, warmup: float = 1.0, backlog: int = 256, timeout: float = 10.0,
                   repeat: int = 1) -> list[GearmanResult]:
-    """gearmand in memory, then haqueue, taking turns `repeat` times; one result per run."""
+    """gearmand in memory, gearmand with its SQLite queue (if built with it), then haqueue,
+    taking turns `repeat` times; one result per run."""
     if workload not in WORKLOADS:
         raise BenchError(f"unknown Gearman workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
     haqueue_name = f"haqueue {nodes}-node -f0" if nodes > 1 else "haqueue 1-node -f0"
+    servers = [(GEARMAND_MEMORY, gearmand_started)]
+    if gearmand_has_sqlite_queue():
+        servers.append((GEARMAND_SQLITE, gearmand_durable_started))
+    servers.append((haqueue_name, lambda: haqueue_started(nodes)))
     results = []
     for _ in range(repeat):
-        for name, start in (("gearmand (memory)", gearmand_started), (haqueue_name, lambda: haqueue_started(nodes))):
+        for name, start in servers:
             with start() as address:
                 results.append(asyncio.run(run_workload(address, workload, connections, workers, body_size,
                                                         duration, warmup, backlog, timeout, name)))
@@ -270,6 +305,8 @@ def format_gearman(results: list[GearmanResult]) -> str:
         by_server.setdefault(r.server, []).append(r.rate)
     rates = {name: sum(v) / len(v) for name, v in by_server.items()}
     names = list(rates)
-    if len(names) == 2 and rates[names[0]]:
-        lines.append(f"ratio {names[1]} / {names[0]}: {rates[names[1]] / rates[names[0]]:.2f}x")
+    haqueue = names[-1] if names else None
+    for peer in names[:-1]:  # haqueue, the last server, against each gearmand
+        if rates[peer]:
+            lines.append(f"ratio {haqueue} / {peer}: {rates[haqueue] / rates[peer]:.2f}x")
     return "\n".join(lines)

@@ -102,7 +102,8 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Bench the leader of the running cluster in this cluster file "
                    "(`haqueue up` prints it).")
 @click.option("--gearman", "gearman_workload", type=click.Choice(["submit", "cycle"]), default=None,
-              help="Gearman benchmark: start gearmand (in memory) and a durable haqueue cluster "
+              help="Gearman benchmark: start gearmand (in memory, then with its SQLite queue where "
+                   "built with it) and a durable haqueue cluster "
                    "(--gearman-nodes) and run this workload on each with synchronous clients: "
                    "submit: background submits (--connections); cycle: submit -> grab -> complete "
                    "(--producers, --consumers as workers, --backlog).")
