@@ -6,7 +6,8 @@ the binary, the short flags mean what they mean to beanstalkd 1.12:
   -b DIR    keep the journal and snapshots here -f MS    fsync at most every MS ms (-f0: always)
   -F        never fsync                         -z BYTES max job size
   -s BYTES  journal size that triggers a snapshot (beanstalkd: WAL file size;
-            haqueue has one journal, compacted into a snapshot past this size)
+            haqueue has one journal, compacted into a snapshot past this size
+            and past the last snapshot's)
   -c / -n   compact the journal (default) / never compact it
   -u USER   run as USER                         -V       more logging (repeatable)
   -v        print the version                   -h       help
@@ -47,7 +48,8 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 @click.option("-z", "--max-job-size", type=click.IntRange(0, 2**32 - 1), default=early.DEFAULT_MAX_JOB_SIZE,
               show_default=True, help="Largest job body in bytes.")
 @click.option("-s", "--journal-size", type=click.IntRange(4096, None), default=early.DEFAULT_JOURNAL_SIZE,
-              show_default=True, help="Journal size in bytes that triggers a snapshot.")
+              show_default=True, help="Journal size in bytes that triggers a snapshot (once the journal is also "
+                   "as large as the last snapshot).")
 @click.option("-c", "compact", flag_value=True, default=True, help="Compact the journal (default).")
 @click.option("-n", "compact", flag_value=False, help="Never compact the journal.")
 @click.option("-u", "--user", default=None, help="Run as this user.")

@@ -29,7 +29,8 @@ Start-up: load the snapshot if there is one and line the journal up with it
 (snapshot.align_journal), then apply every journal entry after it, all of
 them: whatever is in a lone node's journal was committed. Compaction: once
 `compaction_entries` entries (and `compaction_seconds`) or `journal_limit`
-bytes have accumulated, a forked child writes the snapshot
+bytes, and as many as the last snapshot holds (snapshot.journal_due), have
+accumulated, a forked child writes the snapshot
 (snapshot.write_in_child) while the loop goes on; when it has finished, the
 journal prefix it covers is dropped, keeping its last two entries, which
 is what a Raft node keeps too.
@@ -87,6 +88,7 @@ class LoneReplica:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.journal: DurableJournal | None = None
         self.dump_path: str | None = None
+        self.snapshot_bytes = 0  # the last snapshot's size (snapshot.journal_due)
         if config.data_dir is None:
             self.term = 1
             return
@@ -116,6 +118,7 @@ class LoneReplica:
                 journal.add(*before)
                 journal.add(*last)
             self._last_snapshot_index = applied
+            self.snapshot_bytes = os.path.getsize(self.dump_path)
         elif len(journal) and journal[0][1] > 1:
             # Compacted against a snapshot that is gone: the entries before the
             # journal's first exist nowhere, and replaying the rest would hand
@@ -219,7 +222,8 @@ class LoneReplica:
         limit = self.config.journal_limit
         due = (self.last_index - self._last_snapshot_index >= self.config.compaction_entries
                and time.monotonic() - self._last_snapshot_time >= self.compaction_seconds)
-        if (due or (limit is not None and journal.end > limit)) and len(journal) >= 2:
+        if (due or (limit is not None and snapshot.journal_due(journal.end, limit, self.snapshot_bytes))) \
+                and len(journal) >= 2:
             self._start_snapshot(journal)
 
     def _start_snapshot(self, journal: DurableJournal) -> None:
@@ -253,6 +257,7 @@ class LoneReplica:
             size = os.path.getsize(self.dump_path)
         except OSError:
             size = None
+        self.snapshot_bytes = size or 0
         self.observations.snapshot_finished(True, size)
         journal = self.journal
         if journal is None or self.fatal_error is not None:

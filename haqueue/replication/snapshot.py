@@ -68,6 +68,21 @@ def read(path: str) -> tuple[QueueState, tuple]:
     return state, tuple(raft_data)
 
 
+def journal_due(journal_bytes: int, limit: int, snapshot_bytes: int) -> bool:
+    """Whether a journal of `journal_bytes` is to be folded into a new snapshot now:
+    past `limit` (beanstalkd's -s) and past the size of the last snapshot.
+
+    A snapshot writes the whole state (a forked writer serialising every job). With
+    the limit alone, a queue whose snapshot is many times the limit rewrote all of
+    it for every `limit` bytes logged: at 10 MiB and a 150 MB queue, 15 bytes
+    written, and their serialising, per byte logged, without pause under load.
+    Waiting until the journal is also as large as the last snapshot makes each
+    logged byte pay for at most one snapshot byte, whatever the queue's size. The
+    price: a journal up to the snapshot's size, replayed at start (no longer than
+    reading the snapshot) and held in memory (which --max-memory counts)."""
+    return journal_bytes > max(limit, snapshot_bytes)
+
+
 def encode(state: QueueState, raft_data) -> bytes:
     return pickle.dumps((SNAPSHOT_MAGIC, state.to_records(), tuple(raft_data)), protocol=5)
 

@@ -81,21 +81,27 @@ def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path, poli
     config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy, journal_limit=4096)
     body = b"b" * 700
 
-    async def main() -> tuple[str, int]:
+    async def main() -> tuple[str, list[int], int]:
         replica = open_replica(config, on_role_change=lambda *a: None, on_fatal=pytest.fail)
         replica.start()
+        written = []  # the size of each snapshot, as it was written
         for n in range(40):
             replica.submit(C.encode_batch(STAMP + n, [put(body=body)]), lambda applied: None)
             await snapshot_written(replica)
+            if replica.observations.snapshots > len(written):
+                written.append(replica.snapshot_bytes)
         digest = replica.state.digest()
-        snapshots = replica.observations.snapshots
         replica.stop()
-        return digest, snapshots
+        return digest, written, replica.snapshot_bytes
 
-    digest, snapshots = asyncio.run(main())
-    assert snapshots >= 3
+    digest, written, last_snapshot = asyncio.run(main())
+    assert len(written) >= 3
+    # Each logged byte paid for at most one snapshot byte (snapshot.journal_due): with
+    # -s alone, a snapshot of the whole state for every 4 KiB logged made 3.5 times
+    # the 28 KB logged.
+    assert sum(written) <= 2 * 40 * 800
     records = DurableJournal(str(tmp_path / "raft.journal"), NEVER)
-    assert records.end < 4096 + 2 * 800  # folded, not grown
+    assert records.end < max(4096, last_snapshot) + 2 * 800  # folded, not grown
     records._destroy()
     _, _, again = run_lone(config, [])
     assert again.state.digest() == digest and len(again.state.jobs) == 40
