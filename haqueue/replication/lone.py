@@ -88,7 +88,6 @@ class LoneReplica:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.journal: DurableJournal | None = None
         self.dump_path: str | None = None
-        self.snapshot_bytes = 0  # the last snapshot's size (snapshot.journal_due)
         if config.data_dir is None:
             self.term = 1
             return
@@ -118,7 +117,6 @@ class LoneReplica:
                 journal.add(*before)
                 journal.add(*last)
             self._last_snapshot_index = applied
-            self.snapshot_bytes = os.path.getsize(self.dump_path)
         elif len(journal) and journal[0][1] > 1:
             # Compacted against a snapshot that is gone: the entries before the
             # journal's first exist nowhere, and replaying the rest would hand
@@ -222,7 +220,8 @@ class LoneReplica:
         limit = self.config.journal_limit
         due = (self.last_index - self._last_snapshot_index >= self.config.compaction_entries
                and time.monotonic() - self._last_snapshot_time >= self.compaction_seconds)
-        if (due or (limit is not None and snapshot.journal_due(journal.end, limit, self.snapshot_bytes))) \
+        if (due or (limit is not None and snapshot.journal_due(journal.end, limit,
+                                                                self.observations.last_snapshot_bytes or 0))) \
                 and len(journal) >= 2:
             self._start_snapshot(journal)
 
@@ -257,7 +256,6 @@ class LoneReplica:
             size = os.path.getsize(self.dump_path)
         except OSError:
             size = None
-        self.snapshot_bytes = size or 0
         self.observations.snapshot_finished(True, size)
         journal = self.journal
         if journal is None or self.fatal_error is not None:

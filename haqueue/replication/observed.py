@@ -182,7 +182,8 @@ class RaftObservations:
     # -- restoring a snapshot on start ---------------------------------------------
     @contextlib.contextmanager
     def restoring(self, path: str) -> Iterator[None]:
-        """Log a snapshot's restore (size, then time taken); a ticking line on a terminal."""
+        """Log a snapshot's restore (size, then time taken); a ticking line on a terminal.
+        Once restored, it is this node's last snapshot (`last_snapshot_bytes`)."""
         try:
             size = os.path.getsize(path)
         except OSError:
@@ -194,6 +195,7 @@ class RaftObservations:
         with Progress().ticking(lambda: f"restoring snapshot ({megabytes}): {elapsed(started)}"):
             yield
         seconds = time.monotonic() - started
+        self.last_snapshot_bytes = size
         log.info("snapshot restored: %s in %.3f s", megabytes, seconds,
                  extra={"fields": {"event": "snapshot_restored", "bytes": size, "seconds": round(seconds, 3)}})
 

@@ -454,7 +454,6 @@ class ReplicatedQueue(SyncObj):
         self.journal = journal_file.journal if journal_file is not None else None
         self._preloaded = None
         self._load_snapshot_at_start()
-        self.snapshot_bytes = _file_size(self.dump_path) or 0  # the last snapshot's (snapshot.journal_due)
         self.epoll_poller: EpollPoller = self._poller  # pysyncobj_patches installs it (on_loop.py)
         self._poll_sockets = self._poller.poll
         self._poller.poll = self._poll_now_if_commit_pending  # see _checkCommandsToApply
@@ -585,7 +584,7 @@ class ReplicatedQueue(SyncObj):
             if not self.policy.durable:
                 journal.sync()
             if self.journal_limit is not None and snapshot.journal_due(journal.end, self.journal_limit,
-                                                                         self.snapshot_bytes):
+                                                                         self.observations.last_snapshot_bytes or 0):
                 # beanstalkd's -s, and the last snapshot's size: fold the journal into a snapshot.
                 self.forceLogCompaction()
             if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
@@ -799,9 +798,7 @@ class ReplicatedQueue(SyncObj):
             return SERIALIZER_STATE.SERIALIZING
         self._snapshot_pid = 0
         if os.waitstatus_to_exitcode(status) == 0:
-            size = _file_size(self.dump_path)
-            self.snapshot_bytes = size or 0
-            self.observations.snapshot_finished(True, size)
+            self.observations.snapshot_finished(True, _file_size(self.dump_path))
             return SERIALIZER_STATE.SUCCESS
         self.observations.snapshot_finished(False, None)
         log.warning("snapshot writer failed with status %s", status)

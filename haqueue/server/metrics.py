@@ -294,8 +294,8 @@ class NodeCollector:
                                   value=seen.snapshot_failures)
         yield GaugeMetricFamily("haqueue_snapshot_last_duration_seconds", "How long the last snapshot "
                                 "took to write (0 before the first).", value=seen.last_snapshot_seconds or 0)
-        yield GaugeMetricFamily("haqueue_snapshot_last_bytes", "Size of the last snapshot (0 before the "
-                                "first).", value=seen.last_snapshot_bytes or 0)
+        yield GaugeMetricFamily("haqueue_snapshot_last_bytes", "Size of the last snapshot this node wrote "
+                                "or restored (0 before either).", value=seen.last_snapshot_bytes or 0)
         journal = node_journal(server)
         if journal is not None:
             yield GaugeMetricFamily("haqueue_journal_bytes", "Size of the Raft journal file.", value=journal.end)

@@ -89,10 +89,10 @@ def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path, poli
             replica.submit(C.encode_batch(STAMP + n, [put(body=body)]), lambda applied: None)
             await snapshot_written(replica)
             if replica.observations.snapshots > len(written):
-                written.append(replica.snapshot_bytes)
+                written.append(replica.observations.last_snapshot_bytes)
         digest = replica.state.digest()
         replica.stop()
-        return digest, written, replica.snapshot_bytes
+        return digest, written, replica.observations.last_snapshot_bytes
 
     digest, written, last_snapshot = asyncio.run(main())
     assert len(written) >= 3
