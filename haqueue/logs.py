@@ -1,6 +1,9 @@
 """How a node writes its log: one line per record, as text or as JSON lines.
 
-Text (the default) is `haqueue[PID] LEVEL logger: message`, as before. JSON
+Text (the default) is `TIME haqueue[PID] LEVEL logger: message`, TIME in UTC
+with milliseconds; when stderr is journald's (systemd sets JOURNAL_STREAM to
+its device and inode), the journal stamps each line itself and TIME is left
+out. JSON
 lines (`haqueue serve --log-json`) give each record as one JSON object with
 `ts` (UTC, ISO 8601 with milliseconds), `level`, `logger`, `pid`, `msg`, the
 traceback as `exc` when there is one, and an event's own facts (`event`,
@@ -16,6 +19,31 @@ import sys
 import time
 
 TEXT_FORMAT = "haqueue[%(process)d] %(levelname)s %(name)s: %(message)s"
+
+
+class StampedText(logging.Formatter):
+    """TEXT_FORMAT behind the record's UTC time: 2026-11-27T20:43:55.123Z haqueue[…] …"""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        return f"{stamp} {super().format(record)}"
+
+
+def writes_to_journald(stream) -> bool:
+    """True when `stream` is the journald stream systemd gave this process (JOURNAL_STREAM)."""
+    import os
+
+    expected = os.environ.get("JOURNAL_STREAM", "")
+    if not expected:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+    return expected == f"{st.st_dev}:{st.st_ino}"
 
 
 class JsonLines(logging.Formatter):
@@ -40,11 +68,20 @@ class JsonLines(logging.Formatter):
 
 
 def configure(verbose: int, json_lines: bool = False, stream=None) -> None:
-    """Log to stderr: WARNING and up, -V for INFO, -VV for DEBUG."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
+    """Log to stderr: WARNING and up, -V for INFO, -VV for DEBUG; events (haqueue/events.py) always."""
+    stream = stream if stream is not None else sys.stderr
+    handler = logging.StreamHandler(stream)
+    if json_lines:
+        handler.setFormatter(JsonLines())
+    elif writes_to_journald(stream):
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    else:
+        handler.setFormatter(StampedText())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.WARNING - 10 * min(verbose, 2))
+    from haqueue import events  # sets its logger to INFO and keeps the recent ones for /status
+
+    events.log.setLevel(min(logging.INFO, root.level))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Callable
 
+from haqueue import events
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
@@ -690,6 +691,7 @@ class QueueServer:
             "connections": len(self.sessions),
             "internal_errors": replica.state.internal_errors if replica is not None else 0,
             **raft,
+            "events": events.recent(),
         }
 
 

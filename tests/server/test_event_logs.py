@@ -57,3 +57,33 @@ def test_snapshot_taken_and_restored_are_logged(tmp_path):
         assert "haqueue.events: restoring snapshot: " in log
     finally:
         again.stop()
+
+
+def test_events_are_logged_with_a_utc_timestamp_at_the_default_verbosity():
+    srv = start_haqueue()  # no -V: events are INFO, and still shown
+    try:
+        log = wait_for_log(srv, "leadership won: term ")
+    finally:
+        srv.stop()
+    line = next(l for l in log.splitlines() if "leadership won: term " in l)
+    stamp, rest = line.split(" ", 1)
+    assert time.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")  # raises if it is no UTC stamp
+    assert rest.startswith(f"haqueue[{srv.pid}] INFO haqueue.events: ")
+
+
+def test_status_shows_the_recent_events(tmp_path):
+    import urllib.request
+
+    from tests.support.servers import HOST, free_port
+
+    admin = free_port()
+    srv = start_haqueue("--admin", f"{HOST}:{admin}")
+    try:
+        wait_for_log(srv, "leadership won: term ")
+        with urllib.request.urlopen(f"http://{HOST}:{admin}/status", timeout=10) as reply:
+            status = json.loads(reply.read())
+    finally:
+        srv.stop()
+    won = [e for e in status["events"] if e["event"] == "leadership_won"]
+    assert len(won) == 1 and won[0]["msg"].startswith("leadership won: term ")
+    assert won[0]["ts"].endswith("Z") and won[0]["level"] == "info"
