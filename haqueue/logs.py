@@ -67,8 +67,13 @@ class JsonLines(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
-def configure(verbose: int, json_lines: bool = False, stream=None) -> None:
-    """Log to stderr: WARNING and up, -V for INFO, -VV for DEBUG; events (haqueue/events.py) always."""
+def configure(verbose: int, json_lines: bool = False, stream=None, show_events: bool = False) -> None:
+    """Log to stderr: WARNING and up, -V for INFO, -VV for DEBUG.
+
+    `show_events`: events (haqueue/events.py) too, whatever the verbosity. A
+    cluster node's operator needs its elections and step-downs without -V; a
+    lone node stays as quiet as the beanstalkd it replaces unless -V. Either
+    way the events are kept for /status."""
     stream = stream if stream is not None else sys.stderr
     handler = logging.StreamHandler(stream)
     if json_lines:
@@ -81,7 +86,11 @@ def configure(verbose: int, json_lines: bool = False, stream=None) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(logging.WARNING - 10 * min(verbose, 2))
-    from haqueue import events  # sets its logger to INFO and keeps the recent ones for /status
+    level = logging.WARNING - 10 * min(verbose, 2)
+    root.setLevel(level)
+    from haqueue import events  # its logger records INFO, and keeps the recent ones for /status
 
-    events.log.setLevel(min(logging.INFO, root.level))
+    events.log.setLevel(min(logging.INFO, level))
+    # The events logger records INFO for /status at any verbosity; what reaches
+    # stderr is the handler's to decide.
+    handler.setLevel(min(logging.INFO, level) if show_events else level)

@@ -11,7 +11,7 @@ import tempfile
 from haqueue import events, logs
 
 
-def configured_line(stream, monkeypatch, journal_stream: str | None) -> str:
+def configured_line(stream, monkeypatch, journal_stream: str | None, show_events: bool = True) -> str:
     if journal_stream is None:
         monkeypatch.delenv("JOURNAL_STREAM", raising=False)
     else:
@@ -19,7 +19,7 @@ def configured_line(stream, monkeypatch, journal_stream: str | None) -> str:
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     try:
-        logs.configure(0, stream=stream)
+        logs.configure(0, stream=stream, show_events=show_events)
         events.record("test_event", "something happened: %d", 7, node="n1")
     finally:
         for handler in list(root.handlers):
@@ -54,3 +54,9 @@ def test_the_last_fifty_events_are_kept_oldest_first():
     assert [e["n"] for e in kept] == list(range(5, events.KEPT + 5))
     assert kept[-1]["event"] == "counted" and kept[-1]["msg"] == f"event {events.KEPT + 4}"
     assert [e["n"] for e in events.recent(3)] == [events.KEPT + 2, events.KEPT + 3, events.KEPT + 4]
+
+
+def test_a_quiet_node_prints_no_event_but_keeps_it_for_status(monkeypatch):
+    events.clear()
+    assert configured_line(io.StringIO(), monkeypatch, None, show_events=False) == ""
+    assert events.recent()[-1]["msg"] == "something happened: 7" and events.recent()[-1]["node"] == "n1"

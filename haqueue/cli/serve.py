@@ -98,7 +98,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
     from haqueue.cli import node_start
     from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
 
-    logs.configure(verbose, json_lines=log_json)
+    logs.configure(verbose, json_lines=log_json, show_events=config_path is not None)
     policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
     if (config_path is None) != (node_id is None):
         raise click.UsageError("--config and --node go together")

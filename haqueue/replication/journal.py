@@ -76,7 +76,7 @@ MAGIC = b"HAQJRNL1"
 
 # What a record's command holds: pysyncobj's framing of a replicated call, a type
 # byte (REGULAR) then the pickle of (method id, args). haqueue has one replicated
-# method, id 0 (raft_node point 1); a lone node frames its entries the same way, so
+# method, id 0 (docs/pysyncobj.md D1); a lone node frames its entries the same way, so
 # every tool reads either node's journal.
 _REGULAR = 0
 _REGULAR_BYTE = bytes([_REGULAR])

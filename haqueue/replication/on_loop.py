@@ -28,8 +28,8 @@ Here the node runs on the loop instead:
   poll handed out more events is followed by another at once.
 
 The work that blocks stays short and bounded: a follower's fsync before it
-acknowledges, and the leader's before it applies an entry (raft_node point
-3); the loop reads no client bytes meanwhile, and what arrives rides in the
+acknowledges, and the leader's before it applies an entry (docs/pysyncobj.md
+D3); the loop reads no client bytes meanwhile, and what arrives rides in the
 next entry (group commit, as in lone.py).
 """
 
@@ -147,7 +147,7 @@ class LoopTicker:
         raft, poller = self.raft, self._poller
         for _ in range(MAX_ROUNDS):
             if not raft.tick_once(events_first=events_first):
-                raft.stop()  # the node must stop (raft_node point 11): say nothing more
+                raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                 return
             if not poller.dispatched:
                 return

@@ -2,12 +2,12 @@
 
 haqueue relies on pysyncobj internals that no release promises to keep
 (name-mangled attributes, module globals it looks up at run time, its
-journal's shape), each listed with its reason in raft_node.py's docstring.
+journal's shape), each listed with its reason in docs/pysyncobj.md.
 So the version is pinned, and checked here, when pysyncobj is first imported
 through this module: another version stops the node with one line instead of
 misbehaving subtly.
 
-What is installed, and where it is defined:
+What is installed (docs/pysyncobj.md D18-D23 are these, in this order):
 1. `socket.inet_ntop` put back: pysyncobj 0.3.17 replaces it with a
    Windows-only function on every platform when its tcp_connection module is
    imported (pysyncobj/win_inet_pton.py); pyroute2 and anything else in the
@@ -71,7 +71,7 @@ _clocked_modules: list = []  # pysyncobj's modules, each reading the clock as `m
 
 
 def monotonic() -> float:
-    """Seconds on the clock pysyncobj and raft_node share (point 4 above)."""
+    """Seconds on the clock pysyncobj and raft_node share (docs/pysyncobj.md D21)."""
     return _clock()
 
 

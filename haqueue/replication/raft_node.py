@@ -1,118 +1,8 @@
-"""ReplicatedQueue: a QueueState replicated by pysyncobj, and its tick thread.
+"""ReplicatedQueue: a QueueState replicated by pysyncobj, ticked on the server's loop.
 
-This is the only module that subclasses pysyncobj. What it adds, and why
-(each a fact about pysyncobj 0.3.17 found by reading its source):
-
-1. One replicated entry point, `apply_entry(bytes)`, carrying a versioned batch
-   (haqueue/core/commands.py). pysyncobj numbers replicated methods by their
-   sorted names, so nodes with different method sets would call the wrong
-   one; with a single method the number is always 0 and the version check
-   lives in our own format.
-2. A durable journal (journal.py) in place of FileJournal, which never fsyncs.
-   pysyncobj builds its journal by calling `createJournal(journalFile)` from
-   its syncobj module; we route a `JournalSpec` (a path that carries its fsync
-   policy) to our journal there and leave every other call untouched.
-3. fsync points: a follower syncs before any message leaves it
-   (SyncingTransport), so it never acknowledges an entry that is not on disk;
-   the leader starts syncing as soon as it has sent new entries (in the
-   journal's worker thread) and waits for an entry's bytes before applying
-   it, so no reply reports a change that is on disk on fewer than a majority.
-4. Exceptions: an exception raised inside a replicated method makes pysyncobj
-   retry the same entry forever. `apply_entry` therefore never raises: the core
-   turns bugs into INTERNAL_ERROR results, and an entry this code cannot read
-   (another log format version) stops the node with a clear message.
-5. Snapshots: pysyncobj's default pickles the whole object in the tick thread
-   (seconds for a big queue: the node misses heartbeats and loses leadership).
-   A custom serializer forks; the child writes QueueState's compact records
-   and exits; `serializeChecker` reports when it is done. A dump file always
-   sits next to the journal (journalFile without fullDumpFile loses state at
-   compaction). The child first closes every descriptor it inherited (the
-   client listener among them), and syncs its rename before the parent drops
-   the journal prefix. pysyncobj only logs a snapshot it cannot read, leaving
-   a node that applies nothing yet can lead; here an unreadable snapshot
-   stops the node (at start-up, before it joins; or when received), a
-   received one is synced before pysyncobj clears the journal, and at
-   start-up the journal is lined up with the snapshot (snapshot.py).
-6. Ticks are ours (autoTick off) so that exceptions are logged and the
-   periodic fsync policy has a place to run: on the server's event loop
-   (point 17), or in a thread of our own when started without a loop. One
-   tick and the work that follows it is `tick()`, which a test may call on
-   nodes it never started, in virtual time (pysyncobj_patches point 4).
-7. No forwarding: pysyncobj sends a command submitted on a follower to the
-   leader, which commits it. haqueue submits only while it leads, but a
-   deposed leader's sessions can submit in the moment before it notices; a
-   forwarded put would land for a client that gets no reply, and a forwarded
-   RELEASE_ORPHANS would release the new leader's live reservations (I4).
-   Such a command fails with NOT_LEADER instead (SyncingTransport).
-8. Live links: pysyncobj drops a connection on the first send after
-   connectionTimeout without reading. Followers never talk to each other
-   while the leader is healthy, so a candidate's first request_vote after the
-   leader died was lost and every failover took a second election round
-   (~1 s instead of ~0.5 s). Each node sends its peers a keepalive every
-   heartbeat, which also makes connectionTimeout a real failure detector.
-9. Campaign only while hearing a majority, and only after a pre-vote
-   (Raft thesis §9.6; pysyncobj has neither). pysyncobj campaigns whenever any
-   link looks open, so a follower cut off from the others kept raising its
-   term until its links timed out, and on healing its higher term deposed a
-   healthy leader (which drops every client). We override its private
-   `__connectedToAnyone` check. A node campaigns only if it heard (any
-   message, keepalives included) from enough peers to make a majority within
-   `hear_window`, shorter than the election timeout; on hearing a majority
-   again it starts a fresh election timeout, in which a live leader's
-   heartbeat reaches it first. And it first asks its peers whether they would
-   vote for it at the next term (PREVOTE, which changes nothing on either
-   side); a peer says yes only if it has not heard a leader within the
-   minimum election timeout and the asker's log is at least as up to date.
-   So a follower cut off from the leader alone (a partial partition) never
-   raises its term while the other follower still hears the leader. One
-   exception: a node that hears a leader of a lower term than its own (its
-   term rose while it was cut off) campaigns without asking, as pysyncobj
-   would, because that leader ignores it and no peer would say yes: one
-   election brings it back. All of this only delays elections, which Raft's
-   safety never depends on.
-10. The wire: pysyncobj's per-message zlib and Fernet cost more than the rest
-   of a commit's message handling; wire.py seals with AES-GCM and stores
-   small messages uncompressed (pysyncobj_patches.py installs it).
-11. Storage errors are fatal. pysyncobj pops an entry's callbacks before
-   applying it, so a journal error raised inside the apply lost the reply
-   (the client was neither answered nor closed) and held a batcher slot;
-   elsewhere the error was logged per tick while the node kept heartbeating,
-   so a leader that could not write stayed leader. Now the first JournalError
-   (journal.py: every later call raises it too) stops the tick thread at
-   once, the node sends nothing more, `on_fatal` stops the server (its
-   connections close: outcome unknown) and the process exits non-zero with
-   one line naming the file and the error; a healthy node takes over.
-12. The read lease counts only acknowledgements of this leader's own appends
-   in its current term, timed from when each append was sent (a sequence
-   number the follower echoes), on CLOCK_BOOTTIME. pysyncobj's answers carry
-   no term, and any message (keepalive, pre-vote, vote request) used to
-   extend the lease: a deposed leader cut off one way kept answering reads.
-13. Big entries travel whole (appendEntriesBatchSizeBytes above the largest
-   entry): pysyncobj's chunked path marks the last chunk by the wrong length.
-14. Truncate only from a conflict: a follower rewrites each append_entries
-   into what Raft would act on before pysyncobj sees it (append_guard.py).
-15. The next index never moves back on a successful acknowledgement: with
-   several appends in flight, pysyncobj set it back on the older one's
-   answer and re-sent entries the follower had (SyncingTransport's handler).
-16. No announcement per commit. Whenever a leader applied entries, pysyncobj
-   sent every follower an append_entries carrying nothing but the new commit
-   index, which each follower acknowledged: per entry, two messages in and
-   two out on every follower instead of one and one. Followers now learn the
-   commit index from the next append, or from the heartbeat when the leader
-   is idle (within `heartbeat`). Nothing waits on a follower applying: a
-   leader answers after its own apply, and a new leader applies everything
-   before it serves (it commits an entry of its own term first). Measured
-   with sequential puts on three nodes sharing one core (docs/benchmarks.md):
-   per put, the leader's CPU 1.2-1.45 ms -> 0.68-0.75 ms, each follower's
-   0.64-0.8 -> 0.33-0.4 ms, the round trip 3.2-4.0 -> 1.9-2.1 ms.
-17. Ticks run on the server's event loop (on_loop.py), not in a thread: no
-   hand-off between threads from a client's bytes to its reply.
-
-Threads: on the server, pysyncobj ticks and applies entries on the event
-loop's thread (point 17); the journal's worker syncs the leader's appends.
-Started without a loop (tests, tools), a tick thread applies entries while
-other threads read. `state_lock` is held while a batch is applied and while
-the server reads, so a reader never sees half a batch.
+This is the only module that subclasses pysyncobj's SyncObj and TCPTransport.
+What it changes, and why, is the numbered list in docs/pysyncobj.md (D1-D17;
+D18-D23 are pysyncobj_patches.py's); comments here cite those numbers.
 """
 
 from __future__ import annotations
@@ -156,7 +46,7 @@ ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 # Any message type pysyncobj does not know is ignored on arrival (also by
 # older haqueue nodes); reading it keeps the link alive.
 KEEPALIVE = {"type": "haqueue-keepalive"}
-PREVOTE = "haqueue-prevote"  # would you vote for me at this term? (point 9)
+PREVOTE = "haqueue-prevote"  # would you vote for me at this term? (docs/pysyncobj.md D9)
 PREVOTE_REPLY = "haqueue-prevote-reply"
 # Point 12: the leader numbers its append_entries; a follower's acknowledgement
 # carries the number of the last one it processed from that leader.
@@ -174,7 +64,7 @@ def lease_clock() -> float:
 class SyncingTransport(TCPTransport):
     """Syncs the journal before anything leaves the node (Raft: persist, then respond).
 
-    It also refuses to forward commands (point 7 above): pysyncobj sends a
+    It also refuses to forward commands (docs/pysyncobj.md D7): pysyncobj sends a
     command submitted on a non-leader to the leader as `apply_command`; we
     answer it here, locally, as the leader would refuse it (NOT_LEADER).
     """
@@ -187,7 +77,7 @@ class SyncingTransport(TCPTransport):
         self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
         self.leader_heard_at = float("-inf")  # append_entries of this node's term or later
         self.stale_leader_heard_at = float("-inf")  # append_entries of an older term
-        # The read lease (point 12). As leader: the appends sent to each peer
+        # The read lease (docs/pysyncobj.md D12). As leader: the appends sent to each peer
         # not yet acknowledged, as (seq, lease_clock() at send, term), and per
         # peer the send time of the latest append it acknowledged in this
         # term. As follower: the seq of the last append processed per leader.
@@ -300,7 +190,7 @@ class SyncingTransport(TCPTransport):
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
     def keep_alive(self, period: float) -> None:
-        """Send a message pysyncobj ignores (point 8 above) to every peer this
+        """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
         node has sent nothing to within `period`: any message keeps a link alive,
         and a busy link needs no keepalive of its own."""
         since = monotonic() - period
@@ -311,7 +201,7 @@ class SyncingTransport(TCPTransport):
 
     def send(self, node, message):
         if self._syncObj.fatal_error is not None:
-            return False  # a node that must stop says nothing more (point 11)
+            return False  # a node that must stop says nothing more (docs/pysyncobj.md D11)
         kind = message.get("type")
         if kind == "append_entries":
             self._append_seq += 1
@@ -435,7 +325,7 @@ class ReplicatedQueue(SyncObj):
             # decides which chunk is the last from the entry's raw length,
             # not its pickled length (longer: bytes >= 0x80 expand), so the
             # follower gets a premature "finish", fails to unpickle, and the
-            # leader retries later (point 13). Above the largest entry the
+            # leader retries later (docs/pysyncobj.md D13). Above the largest entry the
             # batcher makes, that path is never taken.
             appendEntriesBatchSizeBytes=max_entry_bytes + 1,
             maxBindRetries=5,
@@ -617,7 +507,7 @@ class ReplicatedQueue(SyncObj):
         earlier, at `hear_window`. Timed from the send, not from when the
         answer arrived: a leader whose thread stalled reads old answers late,
         and they prove nothing about now. Keepalives, pre-votes and vote
-        requests prove nothing about leadership and do not count (point 12).
+        requests prove nothing about leadership and do not count (docs/pysyncobj.md D12).
         """
         if not self._partners:
             return True
@@ -661,7 +551,7 @@ class ReplicatedQueue(SyncObj):
 
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) on every tick once a follower's
-        # election timeout has run out; True starts a campaign (point 9).
+        # election timeout has run out; True starts a campaign (docs/pysyncobj.md D9).
         if not self._partners:
             return True
         if not self._hears_majority or self.transport is None:

@@ -186,7 +186,7 @@ class Replica:
         return raft._isLeader() and raft.raftCurrentTerm == term
 
     def read_lease_valid(self) -> bool:
-        """May this leader answer a read or hand out a reservation now? (raft_node point 12)"""
+        """May this leader answer a read or hand out a reservation now? (docs/pysyncobj.md D12)"""
         return self._raft.read_lease_valid()
 
     def is_followed(self) -> bool:

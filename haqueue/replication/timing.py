@@ -21,8 +21,8 @@ class RaftTiming:
     leader_fallback: float = 0.6
     connection_timeout: float = 0.9
     connection_retry: float = 0.3
-    # A follower campaigns only if it heard a majority within this long (raft_node
-    # point 9): several heartbeats (keepalives flow every heartbeat), and less
+    # A follower campaigns only if it heard a majority within this long (docs/pysyncobj.md
+    # D9): several heartbeats (keepalives flow every heartbeat), and less
     # than election_min, so a cut-off node stops before its first timeout.
     hear_window: float = 0.2
 

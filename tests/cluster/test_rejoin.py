@@ -5,7 +5,7 @@ Runs `scripts/measure-failover --rejoin`, which builds a network-namespace lab
 end), cuts a follower's link under a put load, heals it, and reports whether
 the leader's term changed and how many client connections were dropped.
 Without pre-vote in pysyncobj every heal deposed the leader and dropped all
-clients (haqueue/replication/raft_node.py, point 9).
+clients (docs/pysyncobj.md D9).
 """
 
 from __future__ import annotations

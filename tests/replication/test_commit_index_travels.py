@@ -1,4 +1,4 @@
-"""A follower learns the commit index from the next append or heartbeat (raft_node point 16).
+"""A follower learns the commit index from the next append or heartbeat (docs/pysyncobj.md D16).
 
 pysyncobj's leader sent every follower an extra append_entries, with no
 entries, each time it applied something: one more message in and one more

@@ -1,4 +1,4 @@
-"""Keepalives go only over links that carry nothing else (raft_node point 8).
+"""Keepalives go only over links that carry nothing else (docs/pysyncobj.md D8).
 
 Followers never talk to each other while the leader is healthy, and a link
 pysyncobj reads nothing from for connectionTimeout is dropped: so every node

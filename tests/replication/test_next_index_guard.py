@@ -1,4 +1,4 @@
-"""A late acknowledgement never moves the leader's next index for a follower back (raft_node point 15).
+"""A late acknowledgement never moves the leader's next index for a follower back (docs/pysyncobj.md D15).
 
 pysyncobj advances a follower's next index as it sends, so several
 append_entries can be in flight to one follower. Its handler of a successful

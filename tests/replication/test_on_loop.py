@@ -106,7 +106,7 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
             assert set(outcomes) == {threading.get_ident()}  # every outcome on the loop's thread
             with leader.state_lock:
                 assert leader.state.tube("default").ready_count == 20
-            # The followers apply too, from the appends and heartbeats that follow (point 16).
+            # The followers apply too, from the appends and heartbeats that follow (docs/pysyncobj.md D16).
             while any(node.raftLastApplied < leader.raftCommitIndex for node in nodes):
                 assert loop.time() < deadline + 5, "a follower never applied the committed entries"
                 await asyncio.sleep(0.01)

@@ -7,7 +7,7 @@ client connection; a follower cut off from the leader alone (still hearing the
 other follower) took leadership away for as long as the cut lasted.
 ReplicatedQueue campaigns only while it hears a majority (itself included),
 waits a fresh election timeout on hearing one again, and asks for a pre-vote
-first, which peers that still hear a leader refuse (raft_node point 9).
+first, which peers that still hear a leader refuse (docs/pysyncobj.md D9).
 
 The partitions here drop messages where pysyncobj receives them, while the TCP
 links stay up: the first second of a real partition, for as long as the test
