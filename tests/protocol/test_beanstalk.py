@@ -74,6 +74,8 @@ def assert_parses(data: bytes, expected: list, max_job_size: int = 65535,
 # --- every command, valid --------------------------------------------------------------
 
 VALID = [
+    # haqueue's one extension (beanstalkd answers UNKNOWN_COMMAND): an operator's tool names itself.
+    (b"haqueue-operator console\r\n", Command("haqueue-operator", ("console",))),
     (b"put 0 0 1 5\r\nhello\r\n", Command("put", (0, 0, 1, b"hello"))),
     (b"put 4294967295 4294967295 4294967295 3\r\na\r\n\r\n",
      Command("put", (4294967295, 4294967295, 4294967295, b"a\r\n"))),
