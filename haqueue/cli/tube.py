@@ -92,6 +92,7 @@ def tail(name, interval, config_path, address, timeout, as_json) -> None:
     """
     console = console_for(config_path, address, timeout)
     cursor = console.next_id()
+    click.echo(f"following tube {name} from job id {cursor} (Ctrl-C stops)", err=True)
     try:
         while True:
             newest = console.next_id()
