@@ -303,7 +303,10 @@ function showJob(box, job) {
   del.addEventListener("click", () => {
     if (confirm(`Delete job ${job.id}?`)) operate({op: "delete", job: job.id});
   });
-  slot.replaceChildren(element("div", meta, "meta"), body, kick, del);
+  // Only a buried or delayed job can be kicked.
+  const state = job.stats ? job.stats.state : box.dataset.kind;
+  slot.replaceChildren(element("div", meta, "meta"), body,
+                       ...(state === "buried" || state === "delayed" ? [kick] : []), del);
 }
 
 async function getJson(path) {

@@ -7,12 +7,15 @@ and a POST without the session's CSRF token is refused."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 from haqueue import admin_client
 from tests.cluster.clients import client_for, job_stats
 from tests.support.browser import require_chromium, running_chromium
 from tests.support.servers import RawConn
 
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "status-page-operations.png"
 TOKEN = "s3cret"
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp; </pre>'
 OPS = [{"op": "put", "tube": "work", "body": "x"}, {"op": "kick", "tube": "work", "count": 5},
@@ -95,6 +98,11 @@ def test_page_operations_change_the_queue_and_refuse_without_token_or_csrf(make_
                       what="the buried job peeked")
         assert page.evaluate(f"document.querySelector('{buried} pre.body').textContent") == "poison"
         assert page.evaluate("document.querySelector('.peek[data-kind=ready]').dataset.job") == str(second)
+        # Only a buried or delayed job offers a kick.
+        assert page.evaluate("document.querySelectorAll('.peek[data-kind=ready] button.kick-job').length") == 0
+        if os.environ.get("HAQUEUE_SAVE_SCREENSHOTS"):
+            page.evaluate("document.getElementById('op-result').textContent = ''; true")
+            DOCS_SCREENSHOT.write_bytes(page.screenshot())
 
         # Kick it.
         page.evaluate(f"document.querySelector('{buried} button.kick-job').click(); true")
