@@ -53,6 +53,8 @@ class LazyGroup(click.Group):
         "bench": "haqueue.cli.bench:bench",
         "ops": "haqueue.cli.ops:ops",
         "lab": "haqueue.cli.lab:lab",
+        "tube": "haqueue.cli.tube:tube",
+        "job": "haqueue.cli.job:job",
     },
 )
 @click.version_option(__version__, "--version", prog_name="haqueue")

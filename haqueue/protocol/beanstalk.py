@@ -32,7 +32,9 @@ Framing
     "peek-delayed", "peek-buried", "reserve-with-timeout ", "reserve-job ", "reserve",
     "delete ", "release ", "bury ", "kick ", "kick-job ", "touch ", "stats-job ",
     "stats-tube ", "stats", "use ", "watch ", "ignore ", "list-tubes-watched",
-    "list-tube-used", "list-tubes", "quit", "pause-tube". No prefix: UNKNOWN_COMMAND (so
+    "list-tube-used", "list-tubes", "quit", "pause-tube"; then haqueue's one extension,
+    "haqueue-operator NAME" (a console or the status page names itself; NAME is a tube-like
+    name; answered NOTED; beanstalkd answers it UNKNOWN_COMMAND). No prefix: UNKNOWN_COMMAND (so
     "use", "delete", "peek" without the space are unknown, and verbs are case-sensitive).
     But "stats-job" without its space matches "stats", and "reserve-job" matches "reserve".
  5. Commands without arguments must be exactly the verb; anything after it is BAD_FORMAT
@@ -161,6 +163,7 @@ OUT_OF_MEMORY = b"OUT_OF_MEMORY\r\n"
 INTERNAL_ERROR = b"INTERNAL_ERROR\r\n"
 BAD_FORMAT = b"BAD_FORMAT\r\n"
 UNKNOWN_COMMAND = b"UNKNOWN_COMMAND\r\n"
+NOTED = b"NOTED\r\n"  # haqueue-operator's answer (haqueue's extension; beanstalkd: UNKNOWN_COMMAND)
 EXPECTED_CRLF = b"EXPECTED_CRLF\r\n"
 JOB_TOO_BIG = b"JOB_TOO_BIG\r\n"
 
@@ -277,6 +280,10 @@ _PREFIXES: tuple[tuple[bytes, str], ...] = (
     (b"list-tubes", "list-tubes"),
     (b"quit", "quit"),
     (b"pause-tube", "pause-tube"),
+    # haqueue's one extension, after every beanstalkd verb (none starts with "h", so
+    # beanstalkd's dispatch of every other line is unchanged): an operator's tool names
+    # itself, and the node records what that connection changes as events.
+    (b"haqueue-operator ", "haqueue-operator"),
 )
 _PREFIX_LEN = {name: len(prefix) for prefix, name in _PREFIXES}
 _NO_ARGS = frozenset(
@@ -363,7 +370,7 @@ def _parse_line(line: bytes, max_job_size: int) -> Command | ProtocolError | _Re
         job_id = _id_arg(rest)
         return _E_BAD_FORMAT if job_id is None else Command(name, (job_id,))
 
-    if name in ("use", "watch", "ignore", "stats-tube"):
+    if name in ("use", "watch", "ignore", "stats-tube", "haqueue-operator"):
         tube = _tube_arg(rest)
         return _E_BAD_FORMAT if tube is None else Command(name, (tube,))
 

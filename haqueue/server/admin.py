@@ -20,7 +20,14 @@ GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              objects found among them by a full pass, which stops the node
              for as long as the pass takes (~0.4 s per million jobs): ask a
              follower
-Anything else is 404. HTTP/1.0, one request per connection, tiny on purpose.
+GET /session, GET /tube/NAME, GET /job/ID, POST /op
+             the status page's operations (operate.py): a CSRF token for this
+             browser session, a tube's or a job's view with safe body
+             previews, and one change (put, kick, kick-job, delete, pause,
+             resume) made on the leader as a client's command is, carrying the
+             CSRF token; behind the token like /cluster
+Anything else is 404; POST anywhere but /op, or any other method, is 405.
+HTTP/1.0, one request per connection, tiny on purpose.
 
 With a token (`--admin-token`, or the cluster file's cluster.admin_token),
 /status, /cluster, /metrics and /gc answer 401 unless the request carries
@@ -48,6 +55,10 @@ from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 log = logging.getLogger(__name__)
 
 PROTECTED = ("/status", "/cluster", "/metrics", "/gc")
+OPERATION_ROUTES = ("/session", "/tube/", "/job/")  # GET, behind the token (operate.py)
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
+           500: "Internal Server Error", 503: "Service Unavailable"}
 # The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
 ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
              "exhausted": 409, "too_many_apps": 409, "not_leader": 503}
@@ -61,6 +72,7 @@ class AdminServer:
         self.token = token
         self._listener: asyncio.AbstractServer | None = None
         self._metrics = None  # made on the first scrape: prometheus-client loads only if asked
+        self._sessions = None  # operate.Sessions, made when the page first asks for one
 
     async def start(self) -> None:
         self._listener = await asyncio.start_server(
@@ -164,6 +176,57 @@ class AdminServer:
             body = idjson.error(request, "unavailable", "outcome unknown, retry")
         return ID_STATUS.get(outcome, 503), "application/json", body + b"\n"
 
+    def _leader_admin(self) -> str | None:
+        """http://ADDRESS:ADMIN_PORT/ of the leader this node knows (not itself), or None."""
+        replica = self.server.replica
+        leader = replica.status().get("leader") if replica is not None else None
+        for _node_id, address, admin_port, raft in self.server.options.members:
+            if raft == leader and raft != self.server.options.raft_address and admin_port:
+                return f"http://{address}:{admin_port}/"
+        return None
+
+    def _operation_sessions(self):
+        if self._sessions is None:
+            from haqueue.server.operate import Sessions
+
+            self._sessions = Sessions()
+        return self._sessions
+
+    async def operation(self, method: str, path: str, headers: dict, body: bytes, peer,
+                        authorized: bool) -> tuple[int, str, bytes, str]:
+        """The status page's operations (operate.py): (status, type, body, extra headers)."""
+        from haqueue.server import operate
+
+        route = path.partition("?")[0]
+        extra = ""
+        try:
+            if not authorized:
+                raise operate.Answer(401, "token required")
+            sessions = self._operation_sessions()
+            session_id = operate.cookie_value(headers.get("cookie"))
+            if method == "POST":
+                request = operate.parse_request(body)
+                if not sessions.valid(session_id, request.get("csrf")):
+                    raise operate.Answer(403, "CSRF token missing or wrong: reload the page")
+                answer = await operate.perform(self.server, peer, request, self._leader_admin())
+            elif route == "/session":
+                if session_id is None:
+                    session_id = sessions.new_id()
+                    extra = f"Set-Cookie: {operate.COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict\r\n"
+                answer = {"csrf": sessions.csrf(session_id)}
+            elif route.startswith("/tube/"):
+                answer = operate.tube_view(self.server, unquote(route[len("/tube/"):]))
+            else:
+                text = route[len("/job/"):]
+                if not text.isdigit() or not 0 < int(text) < 2**64:
+                    raise operate.Answer(400, f"{text!r} is not a job id")
+                answer = operate.job_view(self.server, int(text))
+            code = 200
+        except operate.Answer as refused:
+            code, answer = refused.status, refused.body
+        return code, "application/json", json.dumps(answer, sort_keys=True).encode() + b"\n", \
+            extra + "Cache-Control: no-store\r\n"
+
     def _retry_headers(self, path: str) -> str:
         """An /id request this node cannot answer now: try again in a second,
         at the leader if this node knows which one it is (not itself)."""
@@ -180,22 +243,61 @@ class AdminServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2)
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split()
-            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+            extra = ""
+            method = parts[0] if parts else ""
+            route = parts[1].partition("?")[0] if len(parts) >= 2 else ""
+            if len(parts) < 2 or method not in ("GET", "HEAD", "POST") or (
+                    (method == "POST") != (route == "/op")):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
+            elif method == "POST" or route.startswith(OPERATION_ROUTES):
+                headers = _headers(head)
+                data = b""
+                if method == "POST":
+                    length = headers.get("content-length", "")
+                    limit = 6 * self.server.max_job_size + (64 << 10)  # a body JSON-escaped, and the rest
+                    if not length.isdigit():
+                        raise _Early(411, b"Content-Length required\n")
+                    if int(length) > limit:
+                        raise _Early(413, b"request too large\n")
+                    data = await asyncio.wait_for(reader.readexactly(int(length)), timeout=5)
+                code, kind, body, extra = await self.operation(
+                    method, parts[1], headers, data, writer.get_extra_info("peername"), self.authorized(head))
             else:
                 code, kind, body = await self.answer_async(parts[1], self.authorized(head))
-            extra = self._retry_headers(parts[1]) if code == 503 and parts[1].startswith("/id/") else ""
-            reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                      405: "Method Not Allowed", 409: "Conflict", 503: "Service Unavailable"}[code]
+            if code == 503 and parts[1].startswith("/id/"):
+                extra = self._retry_headers(parts[1])
+            reason = REASONS[code]
             chunks = body if isinstance(body, list) else [body]
             length = sum(len(chunk) for chunk in chunks)
             head = (f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"
                     f"{extra}Connection: close\r\n\r\n").encode()
-            writer.writelines([head, *chunks] if parts[0] == "GET" else [head])
+            writer.writelines([head, *chunks] if method != "HEAD" else [head])
             await writer.drain()
+        except _Early as early:
+            writer.write(f"HTTP/1.0 {early.code} {REASONS[early.code]}\r\nContent-Type: text/plain\r\n"
+                         f"Content-Length: {len(early.body)}\r\nConnection: close\r\n\r\n".encode() + early.body)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, UnicodeDecodeError):
             pass
         finally:
             writer.close()
             cut_transport_cycle(writer.transport)
+
+
+class _Early(Exception):
+    """A request refused before its body is read (no length, too large)."""
+
+    def __init__(self, code: int, body: bytes) -> None:
+        super().__init__(code)
+        self.code = code
+        self.body = body
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """The request's headers, names lower-cased (the last of a repeated one wins)."""
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return headers

@@ -22,7 +22,9 @@ so other connections, new accepts and the admin port are served before it
 goes on; while a write waits for Raft, its next turn also waits for that
 (turns.py), so that Raft's thread gets the interpreter lock.
 
-use, watch and ignore change only this connection (not logged). Tube
+use, watch and ignore change only this connection (not logged); so does
+`haqueue-operator NAME` (haqueue's extension): a connection that names itself
+so has each change it logs recorded as an event (operator_events.py). Tube
 references are counted in the server's TubeDirectory. A session knows its
 server only as a SessionHost (host.py), and reads the replicated state only
 through QueueState's query methods.
@@ -49,6 +51,7 @@ from haqueue.core import commands as C
 from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import wall_ms
+from haqueue.server import operator_events
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.connection import Connection
 from haqueue.server.host import SessionHost
@@ -78,6 +81,7 @@ _KIND = {
     "list-tubes-watched": _LOCAL,
     "reserve": _RESERVE, "reserve-with-timeout": _RESERVE,
     "quit": _QUIT,
+    "haqueue-operator": _LOCAL,
 }
 
 
@@ -105,6 +109,7 @@ class Session(Connection):
         self.half_closed = False  # the client sent FIN: answer what was read, then close
         self.is_producer = False
         self.is_worker = False
+        self.operator: str | None = None  # "console at HOST:PORT": its changes are events
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
@@ -241,7 +246,10 @@ class Session(Connection):
         self.slots.append(slot)
         self.in_flight += 1
         self.in_flight_bytes += body_bytes
-        self.server.batcher.submit(command, partial(self._write_done, slot, body_bytes, tube))
+        done = partial(self._write_done, slot, body_bytes, tube)
+        if self.operator is not None:
+            done = operator_events.recording(self.operator, command, done)
+        self.server.batcher.submit(command, done)
 
     def _write_done(self, slot: list, body_bytes: int, tube: str | None, result) -> None:
         if tube is not None:
@@ -437,6 +445,10 @@ class Session(Connection):
     def _list_tubes_watched(self, args) -> None:
         self._reply(P.ok(P.yaml_list(self.watch.items)))
 
+    def _operator(self, args) -> None:
+        self.operator = operator_events.who_of(args[0], self.transport.get_extra_info("peername"))
+        self._reply(P.NOTED)
+
     def _quit(self, args) -> None:
         self.quitting = True
 
@@ -588,6 +600,7 @@ _HANDLERS = {
     "reserve": Session._reserve,
     "reserve-with-timeout": Session._reserve_with_timeout,
     "quit": Session._quit,
+    "haqueue-operator": Session._operator,
 }
 assert set(_HANDLERS) == set(_KIND)
 assert set(COUNTED_COMMANDS) <= set(_KIND)

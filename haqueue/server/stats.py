@@ -142,6 +142,8 @@ def server_stats(state, directory, counters: ServerCounters, sessions, waiting: 
     pairs.append(("haqueue-version", __version__))
     pairs.append(("haqueue-internal-errors", state.internal_errors))
     pairs.append(("haqueue-journal-syncs", journal.syncs if journal is not None else 0))
+    # The id the next put gets: where `haqueue tube tail` starts following (console/tail.py).
+    pairs.append(("haqueue-next-id", state.next_id))
     pairs += [(f"haqueue-{key}", value) for key, value in limits]
     if raft:
         for key, value in raft.items():

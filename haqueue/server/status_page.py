@@ -14,6 +14,15 @@ GET /         The status page: one self-contained HTML document (inline CSS
 
 Any node serves both, followers too: open the page on a follower and it
 keeps updating through a failover of the leader.
+
+Operations (operate.py has the routes and rules): a tube's name opens its
+panel: its counters, the next ready, delayed and buried job with a preview of
+the body (always put into the page as text, never as markup: a body holding
+HTML or script shows as those characters), and buttons to kick N, pause,
+resume, put a job, and kick or delete one job; a job can be looked up by id.
+Every change is a POST to /op carrying this browser session's CSRF token
+(from GET /session) and the admin token when one is set; the page answers
+with the server's reply, and the leader records it as an event.
 """
 
 from __future__ import annotations
@@ -122,6 +131,19 @@ PAGE = """<!doctype html>
   svg polyline { fill: none; stroke-width: 1.5; }
   .ready polyline { stroke: #0969da; } .rate polyline { stroke: #8250df; }
   #error { color: var(--bad); }
+  button.open-tube { font: inherit; border: 0; background: none; padding: 0; color: #0969da;
+    cursor: pointer; text-decoration: underline; }
+  #ops { border-top: 1px solid var(--line); padding-top: .5rem; }
+  #ops form, #ops .row { margin: .4rem 0; }
+  #ops input[type=number] { width: 6rem; }
+  .peeks { display: flex; gap: 1rem; flex-wrap: wrap; }
+  .peek { border: 1px solid var(--line); border-radius: .3rem; padding: .5rem; min-width: 16rem;
+    max-width: 28rem; flex: 1; }
+  .peek h3 { font-size: 1rem; margin: 0 0 .3rem; }
+  .peek pre.body { white-space: pre-wrap; word-break: break-all; max-height: 12rem; overflow: auto;
+    background: rgba(127,127,127,.1); padding: .3rem; margin: .3rem 0; }
+  .peek .meta { color: var(--dim); }
+  #op-result.bad { color: var(--bad); } #op-result.good { color: var(--ok); }
 </style>
 </head>
 <body>
@@ -143,6 +165,25 @@ PAGE = """<!doctype html>
     <th>puts/s</th><th>ready, last 2 min</th><th>puts/s, last 2 min</th></tr></thead>
   <tbody></tbody>
 </table>
+<section id="ops" hidden>
+<h2>Tube <span id="ops-tube"></span> <button id="ops-close" type="button">close</button></h2>
+<div class="row" id="ops-counts"></div>
+<form id="kick-form">kick up to <input id="kick-count" type="number" min="0" value="1"> buried
+  (or delayed) jobs <button>kick</button></form>
+<form id="pause-form">pause for <input id="pause-seconds" type="number" min="0" value="60"> s
+  <button>pause</button> <button id="resume" type="button">resume</button></form>
+<div class="peeks">
+  <div class="peek" data-kind="ready" data-job=""><h3>next ready</h3><div class="job"></div></div>
+  <div class="peek" data-kind="delayed" data-job=""><h3>next delayed</h3><div class="job"></div></div>
+  <div class="peek" data-kind="buried" data-job=""><h3>next buried</h3><div class="job"></div></div>
+</div>
+<form id="put-form">put a job: <textarea id="put-body" rows="2" cols="40"></textarea>
+  pri <input id="put-pri" type="number" min="0" value="0"> delay <input id="put-delay" type="number"
+  min="0" value="0"> ttr <input id="put-ttr" type="number" min="1" value="60"> <button>put</button></form>
+</section>
+<form id="job-form">job by id: <input id="job-id" type="number" min="1"> <button>show</button></form>
+<div class="peek" id="job-view" data-kind="job" data-job="" hidden><h3>job</h3><div class="job"></div></div>
+<p id="op-result" data-status=""></p>
 <script>
 "use strict";
 const HISTORY = 120, PERIOD_MS = 1000;
@@ -210,7 +251,9 @@ function show(view) {
     const rate = remember(t, now);
     const row = tubes.insertRow();
     row.dataset.tube = t.name;
-    cell(row, t.name, "name");
+    const open = document.createElement("button");
+    open.className = "open-tube"; open.type = "button"; open.dataset.tube = t.name; open.textContent = t.name;
+    cell(row, "", "name").append(open);
     for (const key of ["ready", "reserved", "delayed", "buried", "waiting"]) cell(row, String(t[key]), key);
     cell(row, rate.toFixed(1), "rate");
     const seen = history.get(t.name);
@@ -229,14 +272,140 @@ login.addEventListener("submit", (event) => {
   login.hidden = true;
 });
 
+function authorization() {
+  const token = sessionStorage.getItem("haqueue-token");
+  return token ? {"Authorization": "Bearer " + token} : {};
+}
+
+// ---- operations (server/operate.py): reads by GET, changes by POST /op with the CSRF token
+let openTube = null, csrf = null;
+
+function element(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;  // text, never markup
+  if (cls) node.className = cls;
+  return node;
+}
+
+function showJob(box, job) {
+  const slot = box.querySelector(".job");
+  box.dataset.job = job ? String(job.id) : "";
+  if (!job) { slot.replaceChildren(element("div", "none", "meta")); return; }
+  const p = job.preview;
+  const meta = `job ${job.id} in ${job.tube}, pri ${job.pri}, ${p.size} bytes` +
+               (job.stats ? `, ${job.stats.state}` : "") +
+               (p.kind === "binary" ? ", binary (hex)" : "") + (p.truncated ? ", shown in part" : "");
+  const body = element("pre", p.text, "body");
+  body.dataset.kind = p.kind;
+  const kick = element("button", "kick", "kick-job"), del = element("button", "delete", "delete-job");
+  kick.type = del.type = "button";
+  kick.addEventListener("click", () => operate({op: "kick-job", job: job.id}));
+  del.addEventListener("click", () => {
+    if (confirm(`Delete job ${job.id}?`)) operate({op: "delete", job: job.id});
+  });
+  // Only a buried or delayed job can be kicked.
+  const state = job.stats ? job.stats.state : box.dataset.kind;
+  slot.replaceChildren(element("div", meta, "meta"), body,
+                       ...(state === "buried" || state === "delayed" ? [kick] : []), del);
+}
+
+async function getJson(path) {
+  const answer = await fetch(path, {cache: "no-store", headers: authorization()});
+  return [answer.status, await answer.json()];
+}
+
+async function refreshTube() {
+  if (!openTube) return;
+  const [status, view] = await getJson("/tube/" + encodeURIComponent(openTube));
+  const panel = document.getElementById("ops");
+  panel.hidden = false;
+  document.getElementById("ops-tube").textContent = openTube;
+  if (status !== 200) {
+    document.getElementById("ops-counts").textContent = view.error;
+    for (const box of panel.querySelectorAll(".peek")) showJob(box, null);
+    return;
+  }
+  const s = view.stats;
+  document.getElementById("ops-counts").textContent =
+    `ready ${s["current-jobs-ready"]}, reserved ${s["current-jobs-reserved"]}, ` +
+    `delayed ${s["current-jobs-delayed"]}, buried ${s["current-jobs-buried"]}` +
+    (s["pause-time-left"] > 0 ? `; paused, ${s["pause-time-left"]} s left` : "; not paused");
+  panel.dataset.paused = String(s["pause-time-left"] > 0);
+  for (const kind of ["ready", "delayed", "buried"])
+    showJob(panel.querySelector(`.peek[data-kind=${kind}]`), view.peek[kind]);
+  document.body.dataset.tubeViews = String(Number(document.body.dataset.tubeViews || 0) + 1);
+}
+
+async function operate(request) {
+  const result = document.getElementById("op-result");
+  try {
+    let answer = null, reply = null;
+    if (!csrf) {
+      const [status, session] = await getJson("/session");
+      if (status === 200) csrf = session.csrf;
+      else [answer, reply] = [{status}, session];  // no token: refused as the POST would be
+    }
+    if (!answer) {
+      answer = await fetch("/op", {method: "POST", cache: "no-store",
+        headers: {...authorization(), "Content-Type": "application/json"},
+        body: JSON.stringify({...request, csrf})});
+      reply = await answer.json();
+    }
+    if (answer.status === 403) csrf = null;  // a new session on the next try
+    result.textContent = reply.ok ? `${request.op}: ${reply.reply}` :
+      reply.error + (reply.leader_page ? ` (${reply.leader_page})` : "");
+    result.className = reply.ok ? "good" : "bad";
+    result.dataset.status = String(answer.status);
+  } catch (err) {
+    result.textContent = `${request.op}: ${err.message}`;
+    result.className = "bad";
+    result.dataset.status = "error";
+  }
+  result.dataset.done = String(Number(result.dataset.done || 0) + 1);
+  await refreshTube();
+  const shown = document.getElementById("job-view");
+  if (!shown.hidden && shown.dataset.job) await lookUp(shown.dataset.job);
+}
+
+async function lookUp(id) {
+  const box = document.getElementById("job-view");
+  const [status, job] = await getJson("/job/" + encodeURIComponent(id));
+  box.hidden = false;
+  if (status === 200) showJob(box, job);
+  else { showJob(box, null); box.querySelector(".job").replaceChildren(element("div", job.error, "meta")); }
+}
+
+document.querySelector("#tubes tbody").addEventListener("click", (event) => {
+  const button = event.target.closest("button.open-tube");
+  if (button) { openTube = button.dataset.tube; refreshTube(); }
+});
+document.getElementById("ops-close").addEventListener("click", () => {
+  openTube = null; document.getElementById("ops").hidden = true;
+});
+const number = (id) => Number(document.getElementById(id).value);
+document.getElementById("kick-form").addEventListener("submit", (event) => {
+  event.preventDefault(); operate({op: "kick", tube: openTube, count: number("kick-count")});
+});
+document.getElementById("pause-form").addEventListener("submit", (event) => {
+  event.preventDefault(); operate({op: "pause", tube: openTube, seconds: number("pause-seconds")});
+});
+document.getElementById("resume").addEventListener("click", () => operate({op: "resume", tube: openTube}));
+document.getElementById("put-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  operate({op: "put", tube: openTube, body: document.getElementById("put-body").value,
+           pri: number("put-pri"), delay: number("put-delay"), ttr: number("put-ttr")});
+});
+document.getElementById("job-form").addEventListener("submit", (event) => {
+  event.preventDefault(); lookUp(document.getElementById("job-id").value);
+});
+
 async function poll() {
   try {
-    const token = sessionStorage.getItem("haqueue-token");
-    const answer = await fetch("/cluster", {cache: "no-store",
-      headers: token ? {"Authorization": "Bearer " + token} : {}});
+    const answer = await fetch("/cluster", {cache: "no-store", headers: authorization()});
     login.hidden = answer.status !== 401;
     if (!answer.ok) throw new Error("HTTP " + answer.status);
     show(await answer.json());
+    if (openTube) await refreshTube();
   } catch (err) {
     document.getElementById("error").textContent = "(this node does not answer: " + err.message + ")";
   } finally {

@@ -120,9 +120,26 @@ def test_valid_command_parses_to_typed_command(data, expected):
     assert_parses(data, [expected])
 
 
+# haqueue's one extension (beanstalkd answers UNKNOWN_COMMAND, so it stays out of VALID,
+# which is checked against the real server): an operator's tool names itself.
+EXTENSIONS = [
+    (b"haqueue-operator console\r\n", Command("haqueue-operator", ("console",))),
+    (b"haqueue-operator status-page\r\n", Command("haqueue-operator", ("status-page",))),
+]
+
+
 def test_every_protocol_verb_has_a_valid_case():
     verbs = {name for _, name in bs._PREFIXES}
-    assert verbs == {cmd.name for _, cmd in VALID}
+    assert verbs == {cmd.name for _, cmd in VALID + EXTENSIONS}
+
+
+@pytest.mark.parametrize("data,expected", EXTENSIONS, ids=[repr(d[:30]) for d, _ in EXTENSIONS])
+def test_haqueue_operator_names_the_connection_with_a_tube_like_name(data, expected):
+    assert_parses(data, [expected])
+
+
+def test_haqueue_operator_with_a_name_beanstalkd_would_refuse_is_bad_format():
+    assert_parses(b"haqueue-operator two words\r\n", [ProtocolError(bs.BAD_FORMAT)])
 
 
 # --- surprising acceptances, each checked against the real 1.12 server -------------------
