@@ -26,14 +26,13 @@ from pysyncobj.transport import TCPTransport  # noqa: E402
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
-from haqueue.replication import append_guard, snapshot
+from haqueue.replication import append_guard
 from haqueue.replication import applying
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.timing import RaftTiming  # noqa: F401  (re-exported: tests build clusters with it)
 from haqueue.replication.journal import JournalError, fatal_message
-from haqueue.replication.snapshot import SnapshotError
 from haqueue.replication import snapshot_writer
-from haqueue.replication.snapshot_writer import SnapshotWriter
+from haqueue.replication.raft_snapshots import RaftSnapshots
 from haqueue.replication.observed import RaftObservations
 from haqueue.replication.on_loop import EpollPoller, LoopTicker
 
@@ -267,10 +266,6 @@ class ReplicatedQueue(SyncObj):
         # When the node last finished a tick (time.monotonic()): the server's
         # turns (server/turns.py) yield to its ticker once this is overdue.
         self.ticked_at = time.monotonic()
-        # Bytes of the entries applied since the last snapshot: what the log
-        # holds in memory beyond it, near enough (see _snapshot_due).
-        self.log_bytes_since_snapshot = 0
-        self._log_bytes_covered = 0  # of those, what the snapshot being written covers
         self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
         self.journal_limit = journal_limit
         self._temp_dir = None
@@ -286,9 +281,8 @@ class ReplicatedQueue(SyncObj):
             journal_file = JournalSpec(os.path.join(data_dir, "raft.journal"), policy)
         self.dump_path = os.path.join(dump_dir, "raft.snapshot")
         self.policy = policy
-        # One writer at a time, retried after a failure (docs/pysyncobj.md D5).
-        self.snapshot_writer = SnapshotWriter(self.dump_path, self.observations, sync=not policy.never,
-                                              clock=monotonic)
+        self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
+        self.snapshot_writer = self.snapshots.writer
         self._partners = list(partner_addresses)
         timing = timing or RaftTiming()
         self._keepalive_period = timing.heartbeat
@@ -313,11 +307,11 @@ class ReplicatedQueue(SyncObj):
             connectionRetryTime=timing.connection_retry,
             journalFile=journal_file,
             fullDumpFile=self.dump_path,
-            serializer=self._write_snapshot,
-            deserializer=self._read_snapshot,
-            serializeChecker=self._snapshot_progress,
+            serializer=self.snapshots.write,
+            deserializer=self.snapshots.read,
+            serializeChecker=lambda: _SERIALIZER_STATES[self.snapshots.progress()],
             # pysyncobj's own triggers (entries, seconds) are off: a snapshot
-            # starts only when _snapshot_due says so (docs/pysyncobj.md D5).
+            # starts only when snapshots.due() says so (docs/pysyncobj.md D5).
             logCompactionMinEntries=float("inf"),
             logCompactionMinTime=float("inf"),
             onStateChanged=self._state_changed,
@@ -341,8 +335,7 @@ class ReplicatedQueue(SyncObj):
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
         self.journal = journal_file.journal if journal_file is not None else None
-        self._preloaded = None
-        self._load_snapshot_at_start()
+        self.snapshots.load_at_start(self.journal)
         self.epoll_poller: EpollPoller = self._poller  # pysyncobj_patches installs it (on_loop.py)
         self._poll_sockets = self._poller.poll
         self._poller.poll = self._sync_then_poll
@@ -435,23 +428,8 @@ class ReplicatedQueue(SyncObj):
                 journal.sync()
             if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
                 raise JournalError(journal.failed)
-        if self._snapshot_due() and self.snapshot_writer.may_start():
-            self.forceLogCompaction()  # pysyncobj calls _write_snapshot at its next tick
-
-    def _snapshot_due(self) -> bool:
-        """Whether to fold the log into a snapshot now: the only trigger (docs/pysyncobj.md D5).
-
-        On disk: beanstalkd's -s, and the last snapshot's size (snapshot.journal_due).
-        In memory the log is the journal, and the same size bounds it: by entry
-        count alone (20,000 entries of up to hundreds of puts) it held a copy of
-        every put since the last snapshot, 90 of the 645 bytes a queued 100-byte
-        job cost after 1,000,000 puts."""
-        limit = self.journal_limit
-        if limit is None:
-            return False
-        if self.journal is not None:
-            return snapshot.journal_due(self.journal.end, limit, self.observations.last_snapshot_bytes or 0)
-        return self.log_bytes_since_snapshot > limit
+        if self.snapshots.due():
+            self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
 
     def _watch_majority(self) -> None:
         """Point 9: track whether this node hears a majority; on regaining it, wait afresh."""
@@ -567,7 +545,7 @@ class ReplicatedQueue(SyncObj):
     def apply_entry(self, data):
         if self.fatal_error is not None:
             return None  # stopping: apply nothing more (the connections close)
-        self.log_bytes_since_snapshot += len(data)
+        self.snapshots.log_bytes += len(data)
         journal = self.journal
         if journal is not None:
             # This entry is on this node's disk before any reply reports it.
@@ -617,58 +595,6 @@ class ReplicatedQueue(SyncObj):
             "log_length": status["log_len"],
             "has_quorum": status["has_quorum"],
         }
-
-    # ------------------------------------------------------------ snapshots
-    def _load_snapshot_at_start(self) -> None:
-        """Read the snapshot now, so a bad one stops the node before it joins
-        the cluster, and line the journal up with it (snapshot.align_journal).
-        pysyncobj loads it at the first tick; _read_snapshot hands it this copy."""
-        if not os.path.isfile(self.dump_path):
-            return
-        with self.observations.restoring(self.dump_path):
-            state, raft_data = snapshot.read(self.dump_path)
-        if self.journal is not None:
-            snapshot.align_journal(self.journal, raft_data)
-        self._preloaded = (state, raft_data)
-
-    def _write_snapshot(self, _pysyncobj_tmp: str, raft_data) -> None:
-        # pysyncobj's serializer, called in a tick between entries, so the state
-        # is exactly that of the last applied entry. pysyncobj then renames its
-        # own temporary file over the dump; that file never exists, the rename
-        # fails, which leaves its serializer "busy" until serializeChecker
-        # (_snapshot_progress) reports SUCCESS or FAILED. A failed fork is
-        # reported FAILED at the next tick: NOT_SERIALIZING left it busy for
-        # good, which stopped compaction and every snapshot sent to a follower
-        # (docs/pysyncobj.md D5).
-        self._log_bytes_covered = self.log_bytes_since_snapshot  # what it covers, once written
-        self.snapshot_writer.start(self.state, raft_data)
-
-    def _snapshot_progress(self) -> int:
-        outcome = self.snapshot_writer.poll()
-        if outcome == snapshot_writer.DONE:
-            self.log_bytes_since_snapshot -= self._log_bytes_covered
-        return _SERIALIZER_STATES[outcome]
-
-    def _read_snapshot(self, path: str):
-        preloaded, self._preloaded = self._preloaded, None
-        if preloaded is not None:
-            state, raft_data = preloaded  # read, and its restore logged, at start-up
-        else:
-            # A snapshot the leader sent: pysyncobj wrote it without fsync and
-            # clears the journal next (synced). Put the snapshot on disk first.
-            with self.observations.restoring(path):
-                try:
-                    if not self.policy.never:
-                        snapshot.sync_file(path)
-                    state, raft_data = snapshot.read(path)
-                except OSError as exc:
-                    self._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
-                    raise
-                except SnapshotError as exc:
-                    self._fatal(str(exc))
-                    raise
-        self.state = state
-        return raft_data
 
 
 _SERIALIZER_STATES = {None: SERIALIZER_STATE.NOT_SERIALIZING, snapshot_writer.RUNNING: SERIALIZER_STATE.SERIALIZING,

@@ -32,7 +32,7 @@ def test_an_in_memory_log_past_the_journal_size_is_folded_into_a_snapshot():
         _fill(cluster, 8)  # 8 entries of 4 x 4 KiB: twice the limit
         cluster.finish_snapshot(node)
         assert node.observations.snapshots == 1, "no snapshot past the limit"
-        assert node.log_bytes_since_snapshot <= LIMIT
+        assert node.snapshots.log_bytes <= LIMIT
         assert len(node.state.jobs) == 32
 
 
@@ -41,7 +41,7 @@ def test_without_a_journal_size_an_in_memory_log_is_not_folded_by_size():
         node = cluster.leader()
         _fill(cluster, 8)
         cluster.run(seconds=1)  # time in which a snapshot would start
-        assert node.log_bytes_since_snapshot > 2 * LIMIT
+        assert node.snapshots.log_bytes > 2 * LIMIT
         assert node.observations.snapshots == 0 and not node.snapshot_writer.pid
 
 

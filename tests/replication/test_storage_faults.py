@@ -337,7 +337,7 @@ def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
         received = tmp_path / "d" / "raft.snapshot"
         received.write_bytes(b"")  # as pysyncobj leaves a transfer cut short by a crash
         with pytest.raises(SnapshotError):
-            node._read_snapshot(str(received))  # what pysyncobj calls, then only logs
+            node.snapshots.read(str(received))  # what pysyncobj calls, then only logs
         assert stops and "the file is empty" in stops[0]
         assert node.fatal_error == stops[0]
     finally:
