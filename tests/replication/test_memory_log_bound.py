@@ -30,8 +30,8 @@ def test_an_in_memory_log_past_the_journal_size_is_folded_into_a_snapshot():
     with ticked_cluster(journal_limit=LIMIT) as cluster:
         node = cluster.leader()
         _fill(cluster, 8)  # 8 entries of 4 x 4 KiB: twice the limit
-        cluster.finish_snapshot(node)
-        assert node.observations.snapshots == 1, "no snapshot past the limit"
+        cluster.until_snapshots(node, 1)  # past the limit
+        assert node.observations.snapshots == 1
         assert node.snapshots.log_bytes <= LIMIT
         assert len(node.state.jobs) == 32
 

@@ -38,21 +38,6 @@ def _fill(cluster: TickedCluster, entries: int, first: int = 0) -> None:
     cluster.run_until(cluster.caught_up, seconds=1, what="every node applying them")
 
 
-def _until_snapshots(cluster: TickedCluster, node, count: int, seconds: float = 5) -> None:
-    """Tick until `node` has taken `count` snapshots, waiting for each writer's exit
-    (an event: waitid without reaping it) with the virtual clock stopped."""
-    def writer_exited() -> bool:
-        pid = node.snapshot_writer.pid
-        if pid:
-            try:
-                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            except ChildProcessError:
-                pass
-        return node.observations.snapshots >= count
-
-    cluster.run_until(writer_exited, seconds=seconds, what=f"{count} snapshots taken")
-
-
 def _record_forks(monkeypatch, cluster: TickedCluster, fail: list[bool]) -> list[tuple[float, int]]:
     """Replace os.fork: raises EAGAIN while fail[0], else forks; returns the list it
     appends (virtual time, pid or 0 for a failed fork) to, in the parent."""
@@ -83,7 +68,7 @@ def test_a_failed_fork_is_retried_and_a_wiped_follower_still_gets_a_snapshot(mon
         for node in cluster.followers():
             node.journal_limit = None  # only the leader snapshots: the failed fork is its
         _fill(cluster, 4)  # 32 KiB logged: twice the limit
-        _until_snapshots(cluster, leader, 1)
+        cluster.until_snapshots(leader, 1)
         compacted_from = leader._SyncObj__raftLog[0][1]
 
         fail[0] = True  # ENOMEM/EAGAIN from now on
@@ -97,7 +82,7 @@ def test_a_failed_fork_is_retried_and_a_wiped_follower_still_gets_a_snapshot(mon
         wiped = cluster.restart(follower)  # a new, empty node at its address: it needs the snapshot
         cluster.run_until(lambda: len(wiped.state.jobs) == len(leader.state.jobs) == 32, seconds=5,
                           what="the wiped follower restored from a snapshot and caught up")
-        _until_snapshots(cluster, leader, 2)  # compaction resumed
+        cluster.until_snapshots(leader, 2, seconds=5)  # compaction resumed
         assert leader._SyncObj__raftLog[0][1] > compacted_from
     failed = [e for e in events.recent() if e["event"] == "snapshot_failed"]
     assert failed and failed[0]["reason"] == "cannot fork the writer: Resource temporarily unavailable"

@@ -115,14 +115,21 @@ class TickedCluster:
         self.nodes[self.nodes.index(node)] = fresh
         return fresh
 
-    def finish_snapshot(self, node: ReplicatedQueue, *, seconds: float = 1.0) -> None:
-        """Tick until `node` forks a snapshot writer, wait for that process to exit
-        (an event: waitid without reaping it), then tick until the node has seen it."""
-        self.run_until(lambda: node.snapshot_writer.pid, seconds=seconds, what="a snapshot writer")
-        taken = node.observations.snapshots + node.observations.snapshot_failures
-        os.waitid(os.P_PID, node.snapshot_writer.pid, os.WEXITED | os.WNOWAIT)
-        self.run_until(lambda: node.observations.snapshots + node.observations.snapshot_failures > taken,
-                       seconds=seconds, what="the snapshot writer's exit noticed")
+    def until_snapshots(self, node: ReplicatedQueue, count: int, *, seconds: float = 1.0) -> None:
+        """Tick until `node` has taken `count` snapshots in all. A writer runs in real
+        time: before each round, wait for the running one's exit (an event: waitid
+        without reaping it), so that the node sees it at that round, with the
+        virtual clock stopped meanwhile."""
+        def taken() -> bool:
+            pid = node.snapshot_writer.pid
+            if pid:
+                try:
+                    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                except ChildProcessError:
+                    pass  # reaped already
+            return node.observations.snapshots >= count
+
+        self.run_until(taken, seconds=seconds, what=f"{count} snapshot(s) taken")
 
     # ------------------------------------------------------------ views
     def leader(self) -> ReplicatedQueue:
