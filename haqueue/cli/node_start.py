@@ -14,7 +14,6 @@ import socket
 import sys
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
-COMPACTION_ENTRIES = 20000  # entries between snapshots when compacting (-c)
 
 
 class StartError(Exception):
@@ -73,9 +72,9 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
 
 
 def set_compaction(options, journal_size: int, compact: bool) -> None:
-    """-s BYTES and -c/-n: when the journal is compacted into a snapshot, if ever."""
+    """-s BYTES and -c/-n: when the journal is compacted into a snapshot, if ever
+    (snapshot.journal_due: the one trigger)."""
     options.journal_limit = journal_size if compact else None
-    options.compaction_entries = COMPACTION_ENTRIES if compact else 2**62
 
 
 def run_node(options, user: str | None = None) -> int:

@@ -28,11 +28,12 @@ crash tests. Each start is a new term, as a lone Raft node's election was.
 Start-up: load the snapshot if there is one and line the journal up with it
 (snapshot.align_journal), then apply every journal entry after it, all of
 them: whatever is in a lone node's journal was committed. Compaction: once
-`compaction_entries` entries (and `compaction_seconds`) or `journal_limit`
-bytes, and as many as the last snapshot holds (snapshot.journal_due), have
-accumulated, a forked child writes the snapshot
-(snapshot.write_in_child) while the loop goes on; when it has finished, the
-journal prefix it covers is dropped, keeping its last two entries, which
+the journal is past `journal_limit` bytes and past the last snapshot's size
+(snapshot.journal_due, the one trigger, as on a Raft node), the node's
+SnapshotWriter (snapshot_writer.py, shared with raft_node.py) forks a child
+that writes the snapshot while the loop goes on, and backs off after a
+failure; when the writer has finished (its pidfd is readable on the loop),
+the journal prefix it covers is dropped, keeping its last two entries, which
 is what a Raft node keeps too.
 
 Storage errors are fatal (journal.py): the first JournalError stops the node
@@ -45,44 +46,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from typing import Callable
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.effects import Applied
 from haqueue.core.state import QueueState
-from haqueue.replication import applying, replay, snapshot
+from haqueue.replication import applying, replay, snapshot, snapshot_writer
 from haqueue.replication.journal import DurableJournal, JournalError, fatal_message, frame
 from haqueue.replication.observed import RaftObservations
+from haqueue.replication.snapshot_writer import SnapshotWriter
 
 log = logging.getLogger(__name__)
 
 _CANDIDATE, _LEADER = 1, 2  # pysyncobj's role numbers, for RaftObservations
-SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
 
 
 class LoneReplica:
     """The Replica interface (replica.py) for a node without peers."""
 
     def __init__(self, config, *, on_role_change: Callable[[str, int], None],
-                 on_fatal: Callable[[str], None], compaction_seconds: float = 120.0) -> None:
+                 on_fatal: Callable[[str], None]) -> None:
         self.config = config
         self.on_role_change = on_role_change
         self.on_fatal = on_fatal
         self.observations = RaftObservations()
         self.leader_fallback = (config.timing.leader_fallback if config.timing is not None else 0.5)
         self.state = QueueState()
-        self.state_lock = threading.RLock()  # readers are on the same thread; kept for the interface
         self.fatal_error: str | None = None
         self.policy = config.policy
-        self.compaction_seconds = compaction_seconds
         self.last_index = 0
-        self._snapshot_pid = 0
-        self._snapshot_covers: tuple | None = None  # (entry S, entry S-1) of the snapshot being written
-        self._snapshot_fd = -1
-        self._last_snapshot_index = 0
-        self._last_snapshot_time = time.monotonic()
+        self.snapshot_writer: SnapshotWriter | None = None
+        self._snapshot_fd = -1  # the running writer's pidfd, watched by the loop
         self._sync_timer: asyncio.TimerHandle | None = None
         self._meta_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,6 +88,7 @@ class LoneReplica:
             return
         os.makedirs(config.data_dir, exist_ok=True)
         self.dump_path = os.path.join(config.data_dir, "raft.snapshot")
+        self.snapshot_writer = SnapshotWriter(self.dump_path, self.observations, sync=not self.policy.never)
         self.journal = journal = DurableJournal(os.path.join(config.data_dir, "raft.journal"), self.policy)
         try:
             self._recover(journal)
@@ -116,7 +112,6 @@ class LoneReplica:
                 journal.clear()
                 journal.add(*before)
                 journal.add(*last)
-            self._last_snapshot_index = applied
         elif len(journal) and journal[0][1] > 1:
             # Compacted against a snapshot that is gone: the entries before the
             # journal's first exist nowhere, and replaying the rest would hand
@@ -166,10 +161,9 @@ class LoneReplica:
             if timer is not None:
                 timer.cancel()
         self._sync_timer = self._meta_timer = None
-        if self._snapshot_pid:
+        if self.snapshot_writer is not None:
             self._forget_snapshot_writer()
-            pid, self._snapshot_pid = self._snapshot_pid, 0
-            snapshot.end_writer(pid, 0.0 if self.fatal_error is not None else SNAPSHOT_WRITER_GRACE)
+            self.snapshot_writer.end(0.0 if self.fatal_error is not None else snapshot_writer.GRACE)
         journal, self.journal = self.journal, None
         if journal is not None:
             try:
@@ -199,10 +193,10 @@ class LoneReplica:
                 return
         self.last_index = index
         stamp, commands = decode_batch(entry)  # what replay will apply: the logged bytes
-        applied = applying.apply_entry(self.state, self.state_lock, stamp, commands)
+        applied = applying.apply_entry(self.state, stamp, commands)
         self.observations.note_commit(index, time.monotonic())
         on_applied(applied)
-        if journal is not None and not self._snapshot_pid:
+        if journal is not None:
             self._maybe_snapshot(journal)
 
     def _sync_due(self) -> None:
@@ -218,23 +212,15 @@ class LoneReplica:
     # ------------------------------------------------------------ snapshots
     def _maybe_snapshot(self, journal: DurableJournal) -> None:
         limit = self.config.journal_limit
-        due = (self.last_index - self._last_snapshot_index >= self.config.compaction_entries
-               and time.monotonic() - self._last_snapshot_time >= self.compaction_seconds)
-        if (due or (limit is not None and snapshot.journal_due(journal.end, limit,
-                                                                self.observations.last_snapshot_bytes or 0))) \
-                and len(journal) >= 2:
-            self._start_snapshot(journal)
-
-    def _start_snapshot(self, journal: DurableJournal) -> None:
-        last, before = journal[len(journal) - 1], journal[len(journal) - 2]
-        self.observations.snapshot_started()
-        self._snapshot_covers = (last, before)
-        pid = snapshot.write_in_child(self.dump_path, self.state, (last, before, ()),
-                                      sync=not self.policy.never)
-        self._snapshot_pid = pid
-        self._last_snapshot_time = time.monotonic()
-        self._snapshot_fd = os.pidfd_open(pid)
-        self._loop.add_reader(self._snapshot_fd, self._snapshot_written)
+        writer = self.snapshot_writer
+        if (limit is not None and len(journal) >= 2 and writer.may_start()
+                and snapshot.journal_due(journal.end, limit, self.observations.last_snapshot_bytes or 0)):
+            last, before = journal[len(journal) - 1], journal[len(journal) - 2]
+            if writer.start(self.state, (last, before, ())):
+                self._snapshot_fd = os.pidfd_open(writer.pid)
+                self._loop.add_reader(self._snapshot_fd, self._snapshot_written)
+            else:
+                writer.poll()  # the failed fork: its event is recorded, its backoff set
 
     def _forget_snapshot_writer(self) -> None:
         if self._snapshot_fd >= 0:
@@ -244,19 +230,10 @@ class LoneReplica:
 
     def _snapshot_written(self) -> None:
         self._forget_snapshot_writer()
-        pid, self._snapshot_pid = self._snapshot_pid, 0
-        _, status = os.waitpid(pid, 0)
-        last, before = self._snapshot_covers
-        if os.waitstatus_to_exitcode(status) != 0:
-            self.observations.snapshot_finished(False, None)
-            log.warning("snapshot writer failed with status %s", status)
-            return
-        self._last_snapshot_index = last[1]
-        try:
-            size = os.path.getsize(self.dump_path)
-        except OSError:
-            size = None
-        self.observations.snapshot_finished(True, size)
+        writer = self.snapshot_writer
+        last, before, _ = writer.covers
+        if writer.poll(block=True) != snapshot_writer.DONE:
+            return  # recorded as an event; retried once the writer's backoff is over
         journal = self.journal
         if journal is None or self.fatal_error is not None:
             return

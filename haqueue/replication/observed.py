@@ -8,14 +8,15 @@ entries). The metrics endpoint (haqueue/server/metrics.py) reads these at
 scrape time; nothing here knows about Prometheus.
 
 It also writes the one-line event logs for these moments (leadership won or
-lost with the term, snapshot taken and restored, a follower caught up, an
-fsync slower than a threshold), so an operator reading the log sees the same
+lost with the term, a snapshot started, finished, failed (with its reason)
+or restored, a follower caught up, an fsync slower than a threshold; the
+snapshot's through haqueue/events.py), so an operator reading the log sees the same
 events the metrics count. Each carries its facts as `extra={"fields": ...}`
 for the JSON-lines log format (haqueue/logs.py).
 
 Everything here is cheap on the hot path (a bisect and a few increments under
-a lock) and safe to call from the Raft tick thread and the journal's sync
-worker while the server's thread reads.
+a lock) and safe to call from the journal's sync worker (fsync times) as well
+as from the event loop's thread, where Raft ticks and the server reads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import threading
 import time
 from typing import Iterator
 
+from haqueue import events
 from haqueue.progress import Progress, elapsed
 
 log = logging.getLogger("haqueue.events")
@@ -137,23 +139,26 @@ class RaftObservations:
         elif old == LEADER:
             log.info("leadership lost: term %d", term, extra={"fields": {"event": "leadership_lost", "term": term}})
 
-    # -- snapshots -------------------------------------------------------------
-    def snapshot_started(self) -> None:
+    # -- snapshots (snapshot_writer.py calls these) ----------------------------
+    def snapshot_started(self, index: int) -> None:
         self._snapshot_started = time.monotonic()
+        events.record("snapshot_started", "snapshot started: through entry %d", index, index=index)
 
-    def snapshot_finished(self, ok: bool, size: int | None) -> None:
+    def snapshot_finished(self, index: int, size: int | None) -> None:
         started, self._snapshot_started = self._snapshot_started, None
         took = time.monotonic() - started if started is not None else None
-        if not ok:
-            self.snapshot_failures += 1
-            return
         self.snapshots += 1
         self.last_snapshot_seconds = took
         self.last_snapshot_bytes = size
-        log.info("snapshot taken: %s bytes in %s", size if size is not None else "?",
-                 f"{took:.3f} s" if took is not None else "?",
-                 extra={"fields": {"event": "snapshot_taken", "bytes": size,
-                                   "seconds": round(took, 3) if took is not None else None}})
+        events.record("snapshot_finished", "snapshot finished: through entry %d, %s bytes in %s", index,
+                      size if size is not None else "?", f"{took:.3f} s" if took is not None else "?",
+                      index=index, bytes=size, seconds=round(took, 3) if took is not None else None)
+
+    def snapshot_failed(self, reason: str, *, retry_in: float) -> None:
+        self._snapshot_started = None
+        self.snapshot_failures += 1
+        events.record("snapshot_failed", "snapshot failed: %s; next attempt in %.0f s", reason, retry_in,
+                      level=logging.WARNING, reason=reason, retry_in=retry_in)
 
     # -- followers falling behind and catching up -------------------------------------
     def note_followers(self, read_matches, now: float) -> None:

@@ -17,8 +17,9 @@ Here the node runs on the loop instead:
   poll) on one epoll instance. Its own descriptor is readable whenever one of
   the Raft sockets it watches has an event, so the loop watches that single
   descriptor and ticks when it fires; `poll(0)` then dispatches the events.
-  pysyncobj_patches installs it as pysyncobj's poller. A thread (tests, tools)
-  can still block in `poll(timeout)`.
+  pysyncobj_patches installs it as pysyncobj's poller. The loop is the only
+  way a node ticks on the server; a test may tick nodes by hand instead
+  (tests/support/ticked.py).
 - `LoopTicker` ticks the node (`ReplicatedQueue.tick(0)`): when a Raft socket
   is ready, when a command is submitted (it replaces pysyncobj's pipe
   notification with a `call_soon`), and every TICK_PERIOD for timers

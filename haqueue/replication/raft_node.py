@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections import deque
 
@@ -27,12 +26,13 @@ from pysyncobj.transport import TCPTransport  # noqa: E402
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
-from haqueue.replication import append_guard, snapshot
+from haqueue.replication import append_guard
 from haqueue.replication import applying
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.timing import RaftTiming  # noqa: F401  (re-exported: tests build clusters with it)
 from haqueue.replication.journal import JournalError, fatal_message
-from haqueue.replication.snapshot import SnapshotError
+from haqueue.replication import snapshot_writer
+from haqueue.replication.raft_snapshots import RaftSnapshots
 from haqueue.replication.observed import RaftObservations
 from haqueue.replication.on_loop import EpollPoller, LoopTicker
 
@@ -252,28 +252,22 @@ class ReplicatedQueue(SyncObj):
         policy: FsyncPolicy,
         secret: str | None = None,
         timing: RaftTiming | None = None,
-        compaction_entries: int = 20000,
-        compaction_seconds: float = 120.0,
         journal_limit: int | None = None,
         max_entry_bytes: int = 8 << 20,
         on_role_change=None,
         on_fatal=None,
     ) -> None:
+        if not partner_addresses:
+            raise ValueError("a Raft node needs partners; a cluster of one is lone.LoneReplica")
         self.state = QueueState()
-        self.state_lock = threading.RLock()
         self.on_role_change = on_role_change
         self.on_fatal = on_fatal
         self.fatal_error: str | None = None
-        # When the tick thread last finished a tick (time.monotonic()): the
-        # server's turns (server/turns.py) yield to it once this is overdue.
+        # When the node last finished a tick (time.monotonic()): the server's
+        # turns (server/turns.py) yield to its ticker once this is overdue.
         self.ticked_at = time.monotonic()
-        # Bytes of the entries applied since the last snapshot began: what the log
-        # holds in memory beyond it, near enough (see _run).
-        self.log_bytes_since_snapshot = 0
         self.observations = RaftObservations()  # elections, snapshots, commit times (observed.py)
-        self._snapshot_pid = 0
         self.journal_limit = journal_limit
-        self._stopping = threading.Event()
         self._temp_dir = None
         if data_dir is None:
             # In memory: the journal stays in RAM, but snapshots still need a
@@ -287,14 +281,15 @@ class ReplicatedQueue(SyncObj):
             journal_file = JournalSpec(os.path.join(data_dir, "raft.journal"), policy)
         self.dump_path = os.path.join(dump_dir, "raft.snapshot")
         self.policy = policy
+        self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
+        self.snapshot_writer = self.snapshots.writer
         self._partners = list(partner_addresses)
-        self._commit_pending = False
-        timing = timing or (RaftTiming.single_node() if not partner_addresses else RaftTiming())
+        timing = timing or RaftTiming()
         self._keepalive_period = timing.heartbeat
         self._next_keepalive = 0.0
         self.leader_fallback = timing.leader_fallback
         self._hear_window = timing.hear_window
-        self._hears_majority = not partner_addresses
+        self._hears_majority = False
         self._election_min = timing.election_min
         self._prevote_round = 0
         self._prevote_term: int | None = None  # the term the current pre-vote asks about
@@ -312,11 +307,13 @@ class ReplicatedQueue(SyncObj):
             connectionRetryTime=timing.connection_retry,
             journalFile=journal_file,
             fullDumpFile=self.dump_path,
-            serializer=self._write_snapshot,
-            deserializer=self._read_snapshot,
-            serializeChecker=self._snapshot_progress,
-            logCompactionMinEntries=compaction_entries,
-            logCompactionMinTime=compaction_seconds,
+            serializer=self.snapshots.write,
+            deserializer=self.snapshots.read,
+            serializeChecker=lambda: _SERIALIZER_STATES[self.snapshots.progress()],
+            # pysyncobj's own triggers (entries, seconds) are off: a snapshot
+            # starts only when snapshots.due() says so (docs/pysyncobj.md D5).
+            logCompactionMinEntries=float("inf"),
+            logCompactionMinTime=float("inf"),
             onStateChanged=self._state_changed,
             password=secret,
             dynamicMembershipChange=False,
@@ -337,26 +334,18 @@ class ReplicatedQueue(SyncObj):
             bindAddress=self_address,
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
-        if not partner_addresses:
-            # Nobody to wait for: campaign (and win) at the first tick instead of
-            # after an election timeout; a client harness connects 0.1 s after exec.
-            self._SyncObj__raftElectionDeadline = 0.0
         self.journal = journal_file.journal if journal_file is not None else None
-        self._preloaded = None
-        self._load_snapshot_at_start()
+        self.snapshots.load_at_start(self.journal)
         self.epoll_poller: EpollPoller = self._poller  # pysyncobj_patches installs it (on_loop.py)
         self._poll_sockets = self._poller.poll
-        self._poller.poll = self._poll_now_if_commit_pending  # see _checkCommandsToApply
-        self._thread = threading.Thread(target=self._run, name="raft-tick", daemon=True)
+        self._poller.poll = self._sync_then_poll
         self._ticker: LoopTicker | None = None
         self._destroyed = False
 
     # ------------------------------------------------------------ lifecycle
-    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Tick on `loop` (the server's: on_loop.py), or without one in a thread of its own."""
-        if loop is None:
-            self._thread.start()
-            return
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tick on `loop`, the server's (on_loop.py). A test may instead call
+        `tick` itself on a node it never starts (tests/support/ticked.py)."""
         self._ticker = LoopTicker(self, loop)
         # pysyncobj wakes its tick thread through a pipe when a command is
         # submitted; on the loop, a call_soon does (no write, no wake-up).
@@ -364,78 +353,42 @@ class ReplicatedQueue(SyncObj):
         self._ticker.start()
 
     def stop(self) -> None:
-        """Stop ticking and release the node's files. On a loop, call it from the loop's thread."""
-        self._stopping.set()
+        """Stop ticking and release the node's files (from the loop's thread, if it ticks on one)."""
         if self._ticker is not None:
             self._ticker.stop()
-            self._destroy()
-        elif self._thread.ident is None:
-            self._destroy()  # never started (ticked by hand, or not at all): nobody else will
-        elif self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
-        if self._snapshot_pid:
-            self._end_snapshot_writer()
+        self._destroy()
+        # A clean stop lets a snapshot being written finish; a failing node does not wait.
+        self.snapshot_writer.end(0.0 if self.fatal_error is not None else snapshot_writer.GRACE)
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
-
-    SNAPSHOT_WRITER_GRACE = 5.0  # seconds a clean stop waits for a snapshot being written
-
-    def _end_snapshot_writer(self) -> None:
-        """Let a running snapshot writer finish, within a bound (none after a fatal error)."""
-        pid, self._snapshot_pid = self._snapshot_pid, 0
-        snapshot.end_writer(pid, 0.0 if self.fatal_error is not None else self.SNAPSHOT_WRITER_GRACE)
-
-    def _checkCommandsToApply(self):
-        # pysyncobj moves submitted commands into its log here, late in a
-        # tick, then polls its sockets; it commits at the start of the next
-        # tick. A lone node has no follower whose answer would end that poll
-        # early, so every entry sat out the whole poll timeout before it
-        # committed. Note that the log grew, and let the poll return at once.
-        before = self.raftCommitIndex, self._getRaftLogSize()
-        super()._checkCommandsToApply()
-        if not self._partners and self._getRaftLogSize() != before[1]:
-            self._commit_pending = True
 
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
         SyncObj._SyncObj__applyLogEntries(self)
         return False
 
-    def _poll_now_if_commit_pending(self, timeout):
+    def _sync_then_poll(self, timeout):
         journal = self.journal
         if journal is not None and journal.dirty and self.policy.durable:
             # The leader has just sent new entries to its followers; syncing
             # its own copy now, in the journal's worker, overlaps with their
             # round trip, and this thread still reads their acknowledgements
-            # meanwhile (apply_entry waits for the entry's own bytes). A lone
-            # node has no round trip to overlap: the handoff would only add
-            # a thread wakeup before every apply.
-            if self._partners:
-                journal.sync_in_background()
-            else:
-                journal.sync()
-        if self._commit_pending:
-            self._commit_pending = False
-            timeout = 0
+            # meanwhile (apply_entry waits for the entry's own bytes).
+            journal.sync_in_background()
         try:
             return self._poll_sockets(timeout)
         finally:
             if self.transport is not None:
                 self.transport.flush_acknowledgements()
 
-    def _run(self) -> None:
-        while not self._stopping.is_set() and self.tick_once(0.02):
-            pass
-        self._destroy()
-
-    def tick_once(self, timeout: float = 0.0, *, events_first: bool = False) -> bool:
+    def tick_once(self, *, events_first: bool = False) -> bool:
         """One tick, its failures handled; False once the node must stop ticking.
         `events_first`: hand out the sockets' pending events before the tick's
-        work, which then acts on them (a loop calls it when a socket is ready)."""
+        work, which then acts on them (the loop asks when a socket is ready)."""
         try:
             if events_first:
                 self._poller.poll(0)
-            self.tick(timeout)
+            self.tick(0)
         except JournalError as exc:
             # Point 11: a node that cannot write its journal must not say
             # another word to its peers (no heartbeat, no acknowledgement):
@@ -458,8 +411,8 @@ class ReplicatedQueue(SyncObj):
     def tick(self, timeout: float) -> None:
         """One pysyncobj tick (waiting up to `timeout` for its sockets), then this
         node's own periodic work: keepalives, the majority watch, the fsync
-        policy, the journal bound. The tick thread calls it in a loop; a test
-        may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        policy, the snapshot trigger. The loop's ticker calls it (on_loop.py); a
+        test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
         self.doTick(timeout)
         self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
@@ -473,18 +426,10 @@ class ReplicatedQueue(SyncObj):
         if journal is not None:
             if not self.policy.durable:
                 journal.sync()
-            if self.journal_limit is not None and snapshot.journal_due(journal.end, self.journal_limit,
-                                                                         self.observations.last_snapshot_bytes or 0):
-                # beanstalkd's -s, and the last snapshot's size: fold the journal into a snapshot.
-                self.forceLogCompaction()
             if journal.failed is not None:  # raised somewhere pysyncobj swallowed it
                 raise JournalError(journal.failed)
-        elif self.journal_limit is not None and self.log_bytes_since_snapshot > self.journal_limit:
-            # In memory the log is the journal, and the same size bounds it: by
-            # entry count alone (20,000 entries of up to hundreds of puts) it
-            # held a copy of every put since the last snapshot, 90 of the 645
-            # bytes a queued 100-byte job cost after 1,000,000 puts.
-            self.forceLogCompaction()
+        if self.snapshots.due():
+            self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
 
     def _watch_majority(self) -> None:
         """Point 9: track whether this node hears a majority; on regaining it, wait afresh."""
@@ -592,7 +537,7 @@ class ReplicatedQueue(SyncObj):
 
     # --------------------------------------------------------- replication
     def submit(self, data: bytes, callback) -> None:
-        """Append an encoded batch; callback(applied, error) runs in the tick thread
+        """Append an encoded batch; callback(applied, error) runs in a tick, on the loop
         (`applied`: haqueue.core.effects.Applied, or None if this node is stopping)."""
         self.apply_entry(data, callback=callback)
 
@@ -600,7 +545,7 @@ class ReplicatedQueue(SyncObj):
     def apply_entry(self, data):
         if self.fatal_error is not None:
             return None  # stopping: apply nothing more (the connections close)
-        self.log_bytes_since_snapshot += len(data)
+        self.snapshots.log_bytes += len(data)
         journal = self.journal
         if journal is not None:
             # This entry is on this node's disk before any reply reports it.
@@ -610,7 +555,7 @@ class ReplicatedQueue(SyncObj):
         except LogFormatError as exc:
             self._fatal(f"cannot apply a log entry: {exc}; refusing to run with a diverged state")
             return None
-        return applying.apply_entry(self.state, self.state_lock, stamp, commands)
+        return applying.apply_entry(self.state, stamp, commands)
 
     def _fatal(self, message: str) -> None:
         if self.fatal_error is None:
@@ -651,77 +596,9 @@ class ReplicatedQueue(SyncObj):
             "has_quorum": status["has_quorum"],
         }
 
-    # ------------------------------------------------------------ snapshots
-    def _load_snapshot_at_start(self) -> None:
-        """Read the snapshot now, so a bad one stops the node before it joins
-        the cluster, and line the journal up with it (snapshot.align_journal).
-        pysyncobj loads it at the first tick; _read_snapshot hands it this copy."""
-        if not os.path.isfile(self.dump_path):
-            return
-        with self.observations.restoring(self.dump_path):
-            state, raft_data = snapshot.read(self.dump_path)
-        if self.journal is not None:
-            snapshot.align_journal(self.journal, raft_data)
-        self._preloaded = (state, raft_data)
 
-    def _write_snapshot(self, _pysyncobj_tmp: str, raft_data) -> None:
-        # Called in the tick thread between entries, so the state is exactly
-        # that of the last applied entry. pysyncobj will then try to rename its
-        # own temporary file over the dump; that file never exists, the rename
-        # fails harmlessly, and serializeChecker (ours) reports the truth.
-        self.observations.snapshot_started()
-        self.log_bytes_since_snapshot = 0  # the snapshot covers every entry applied so far
-        # The rename is synced before the parent drops the journal prefix.
-        self._snapshot_pid = snapshot.write_in_child(self.dump_path, self.state, raft_data,
-                                                     sync=not self.policy.never)
-
-    def _snapshot_progress(self) -> int:
-        pid = self._snapshot_pid
-        if not pid:
-            return SERIALIZER_STATE.NOT_SERIALIZING
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            self._snapshot_pid = 0
-            return SERIALIZER_STATE.FAILED
-        if done == 0:
-            return SERIALIZER_STATE.SERIALIZING
-        self._snapshot_pid = 0
-        if os.waitstatus_to_exitcode(status) == 0:
-            self.observations.snapshot_finished(True, _file_size(self.dump_path))
-            return SERIALIZER_STATE.SUCCESS
-        self.observations.snapshot_finished(False, None)
-        log.warning("snapshot writer failed with status %s", status)
-        return SERIALIZER_STATE.FAILED
-
-    def _read_snapshot(self, path: str):
-        preloaded, self._preloaded = self._preloaded, None
-        if preloaded is not None:
-            state, raft_data = preloaded  # read, and its restore logged, at start-up
-        else:
-            # A snapshot the leader sent: pysyncobj wrote it without fsync and
-            # clears the journal next (synced). Put the snapshot on disk first.
-            with self.observations.restoring(path):
-                try:
-                    if not self.policy.never:
-                        snapshot.sync_file(path)
-                    state, raft_data = snapshot.read(path)
-                except OSError as exc:
-                    self._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
-                    raise
-                except SnapshotError as exc:
-                    self._fatal(str(exc))
-                    raise
-        with self.state_lock:
-            self.state = state
-        return raft_data
-
-
-def _file_size(path: str) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None
+_SERIALIZER_STATES = {None: SERIALIZER_STATE.NOT_SERIALIZING, snapshot_writer.RUNNING: SERIALIZER_STATE.SERIALIZING,
+                      snapshot_writer.DONE: SERIALIZER_STATE.SUCCESS, snapshot_writer.FAILED: SERIALIZER_STATE.FAILED}
 
 
 FAIL_SUCCESS = FAIL_REASON.SUCCESS

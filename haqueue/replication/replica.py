@@ -5,12 +5,13 @@ entries (haqueue/core/commands.py encodes them), submits them here, and learns
 what applying each did: its results and its effects, as one value
 (`haqueue.core.effects.Applied`), or None when the outcome is unknown
 (leadership lost, the node stopping), in which case the front end must not
-guess an answer. It reads the queue state under `state_lock`, asks whether
-this node leads (`is_leader`, `term`) and whether its read lease holds, and
-hears of role changes and fatal errors through the two callbacks it passes
-in. A server's replica ticks on its event loop (on_loop.py), so callbacks run
-in the loop's thread; started without a loop (tests, tools), they run in the
-replication thread, and the front end hands them over to its loop.
+guess an answer. It reads the queue state, asks whether this node leads
+(`is_leader`, `term`) and whether its read lease holds, and hears of role
+changes and fatal errors through the two callbacks it passes in. One thread
+does all of it: a replica is started on the server's event loop and ticks
+there (on_loop.py; a lone node's submit applies at once, lone.py), so entries
+are applied, and callbacks run, between the loop's other callbacks; nobody
+reads the state half-way through an entry, and there is no lock.
 
 pysyncobj stays behind this class: raft_node.ReplicatedQueue is its only
 subclass, and the attributes pysyncobj names (raftCurrentTerm, _isLeader,
@@ -42,7 +43,6 @@ class ReplicaConfig:
     policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
     secret: str | None = None
     timing: RaftTiming | None = None
-    compaction_entries: int = 20000
     journal_limit: int | None = None
     max_entry_bytes: int = 8 << 20
 
@@ -58,15 +58,13 @@ class ReplicaLike(Protocol):
     leader_fallback: float
 
     @property
-    def state(self) -> Any: ...  # core.state.QueueState, read under state_lock
-    @property
-    def state_lock(self) -> Any: ...
+    def state(self) -> Any: ...  # core.state.QueueState, applied on the loop's thread
     @property
     def journal(self) -> Any: ...  # journal.DurableJournal, or None in memory
     @property
     def term(self) -> int: ...
     @property
-    def ticked_at(self) -> float: ...  # when the replication thread last ticked (time.monotonic())
+    def ticked_at(self) -> float: ...  # when the node last ticked (time.monotonic())
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def submit(self, entry: bytes, on_applied: OnApplied) -> None: ...
@@ -118,8 +116,8 @@ class Replica:
         self._succeeded = FAIL_SUCCESS
         self._raft = raft = ReplicatedQueue(
             config.self_address, config.partners, data_dir=config.data_dir, policy=config.policy,
-            secret=config.secret, timing=config.timing, compaction_entries=config.compaction_entries,
-            journal_limit=config.journal_limit, max_entry_bytes=config.max_entry_bytes,
+            secret=config.secret, timing=config.timing, journal_limit=config.journal_limit,
+            max_entry_bytes=config.max_entry_bytes,
             on_role_change=lambda role: on_role_change(role, _term_of(role, raft.raftCurrentTerm)),
             on_fatal=on_fatal,
         )
@@ -128,12 +126,8 @@ class Replica:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Start ticking: on the running event loop (on_loop.py), or without one in a thread."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        self._raft.start(loop)
+        """Start ticking on the running event loop (on_loop.py): call it from a coroutine."""
+        self._raft.start(asyncio.get_running_loop())
 
     def stop(self) -> None:
         """Stop ticking and release the node's files (from the loop's thread, if it ticks on one)."""
@@ -142,12 +136,8 @@ class Replica:
     # ---------------------------------------------------------------- state
     @property
     def state(self):
-        """The queue state; read it only while holding `state_lock`."""
+        """The queue state (read it on the loop's thread, where entries are applied)."""
         return self._raft.state
-
-    @property
-    def state_lock(self):
-        return self._raft.state_lock
 
     @property
     def journal(self):
@@ -156,7 +146,7 @@ class Replica:
 
     # ---------------------------------------------------------------- write
     def submit(self, entry: bytes, on_applied: OnApplied) -> None:
-        """Append an encoded entry; `on_applied` runs in the replication thread
+        """Append an encoded entry; `on_applied` runs on the loop's thread
         once it is applied here, with its Applied, or with None if its outcome
         is unknown."""
 
@@ -177,7 +167,7 @@ class Replica:
 
     @property
     def ticked_at(self) -> float:
-        """When pysyncobj's tick thread last finished a tick (server/turns.py yields to it)."""
+        """When the node last finished a tick (server/turns.py yields to its ticker)."""
         return self._raft.ticked_at
 
     def leads_in(self, term: int) -> bool:

@@ -132,16 +132,18 @@ def align_journal(journal, raft_data: tuple) -> None:
         journal.deleteEntriesTo(position)
 
 
-def write_in_child(path: str, state: QueueState, raft_data, sync: bool) -> int:
+def write_in_child(path: str, state: QueueState, raft_data, sync: bool, errors_fd: int = -1) -> int:
     """Fork a child that writes the snapshot of `state` to `path` and exits; its pid.
 
     Forking gives the child the state exactly as it is now, for free (copy on
     write), while the parent goes on applying entries. The child first closes
-    every descriptor it inherited: the client listener would otherwise go on
-    accepting after a step-down, and re-election would fail to bind it
-    (EADDRINUSE). It writes a temporary file and renames it last, syncing the
-    rename (unless `sync` is false), so a crash or a kill at any moment leaves
-    the old snapshot or the new one, whole.
+    every descriptor it inherited (but `errors_fd`): the client listener would
+    otherwise go on accepting after a step-down, and re-election would fail to
+    bind it (EADDRINUSE). It writes a temporary file and renames it last, syncing
+    the rename (unless `sync` is false), so a crash or a kill at any moment leaves
+    the old snapshot or the new one, whole. If it fails, it writes one line saying
+    why to `errors_fd` (when given) and exits with status 1. The fork's own
+    failure (ENOMEM, EAGAIN) raises OSError here (snapshot_writer.py retries).
 
     The writer runs at WRITER_NICENESS: it is background work, and serialising a
     big state at the node's own priority took the CPU from serving it (three
@@ -156,13 +158,31 @@ def write_in_child(path: str, state: QueueState, raft_data, sync: bool) -> int:
     if pid == 0:  # the child: no threads, no locks; write and leave
         code = 1
         try:
-            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            if errors_fd >= 0:
+                os.closerange(3, errors_fd)
+                os.closerange(errors_fd + 1, os.sysconf("SC_OPEN_MAX"))
+            else:
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
             os.nice(WRITER_NICENESS)
             write_atomically(path, encode(state, raft_data), sync=sync, tmp=path + ".writing")
             code = 0
+        except BaseException as exc:
+            if errors_fd >= 0:
+                try:
+                    os.write(errors_fd, _reason(exc).encode())
+                except BaseException:
+                    pass
         finally:
             os._exit(code)
     return pid
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for the parent's event: what the writer could not do."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"cannot write the snapshot{where}: {exc.strerror}"
+    return f"cannot write the snapshot: {type(exc).__name__}: {exc}"
 
 
 def end_writer(pid: int, grace: float) -> None:

@@ -25,9 +25,3 @@ class RaftTiming:
     # D9): several heartbeats (keepalives flow every heartbeat), and less
     # than election_min, so a cut-off node stops before its first timeout.
     hear_window: float = 0.2
-
-    @classmethod
-    def single_node(cls) -> "RaftTiming":
-        # Nobody to wait for: become leader (and start serving) at once.
-        return cls(heartbeat=0.01, election_min=0.04, election_max=0.05, leader_fallback=0.5,
-                   connection_timeout=0.9, connection_retry=0.3)

@@ -112,9 +112,8 @@ class AdminServer:
         if route == "/status":
             status = node_server.status()
             if "digest=1" in query.split("&") and node_server.replica is not None:
-                with node_server.state_lock:
-                    status["digest"] = node_server.state.digest()
-                    status["jobs"] = len(node_server.state.jobs)
+                status["digest"] = node_server.state.digest()
+                status["jobs"] = len(node_server.state.jobs)
             return 200, "application/json", json.dumps(status, sort_keys=True).encode() + b"\n"
         if route == "/metrics":
             if self._metrics is None:

@@ -90,7 +90,6 @@ class NodeOptions:
     secret: str | None = None
     max_job_size: int = 65535
     timing: RaftTiming | None = None
-    compaction_entries: int = 20000
     admin: tuple[str, int] | None = None
     journal_limit: int | None = 10485760
     name: str = "haqueue"
@@ -211,10 +210,6 @@ class QueueServer:
     def state(self):
         return self.replica.state
 
-    @property
-    def state_lock(self):
-        return self.replica.state_lock
-
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
@@ -236,7 +231,7 @@ class QueueServer:
             ReplicaConfig(
                 options.raft_address, options.raft_partners, data_dir=options.data_dir,
                 policy=options.policy, secret=options.secret, timing=options.timing,
-                compaction_entries=options.compaction_entries, journal_limit=options.journal_limit,
+                journal_limit=options.journal_limit,
                 # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
                 # bigger than that, plus the batch's framing.
                 max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10),
@@ -335,8 +330,7 @@ class QueueServer:
             return
         if not await self._commit_id_rules(term):
             return
-        with self.state_lock:
-            self.directory = TubeDirectory(self.state.tubes)
+        self.directory = TubeDirectory(self.state.tubes)
         try:
             await self._open_listener()
         except OSError as exc:
@@ -363,11 +357,10 @@ class QueueServer:
         could repeat ids is not proposed: one error line, and the replicated
         rules stay. False if leadership was lost meanwhile."""
         wanted = wanted_rule_records(self.options.id_rules)
-        with self.state_lock:
-            ids = self.state.ids
-            if ids.rule_records() == wanted:
-                return True
-            problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
+        ids = self.state.ids
+        if ids.rule_records() == wanted:
+            return True
+        problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
         if problem is not None:
             log.error("id rules of the cluster file not proposed: %s", problem)
             return True
@@ -512,8 +505,7 @@ class QueueServer:
             self.unref_tube(name)
         if not self.serving:
             return
-        with self.state_lock:
-            holds = bool(self.state.reservations_of(session.conn_id))
+        holds = bool(self.state.reservations_of(session.conn_id))
         if holds or session.in_flight or session.reserve_in_flight:
             # Log order follows submit order, so this lands after anything
             # the connection still had in flight.
@@ -540,8 +532,7 @@ class QueueServer:
         return True
 
     def unref_tube(self, name: str) -> None:
-        with self.state_lock:
-            forget = self.directory.unref(name, self.state)
+        forget = self.directory.unref(name, self.state)
         if forget and self.serving:
             self.batcher.submit((C.FORGET_TUBE, name), _ignore)
 
@@ -564,14 +555,12 @@ class QueueServer:
         if not self.serving:
             return
         if effects is None:
-            with self.state_lock:
-                next_deadline = self.state.next_deadline()
+            next_deadline = self.state.next_deadline()
         else:
             next_deadline = effects.next_deadline
             if effects.emptied:
                 state = self.state
-                with self.state_lock:
-                    forget = [name for name in effects.emptied if self.directory.maybe_free(name, state)]
+                forget = [name for name in effects.emptied if self.directory.maybe_free(name, state)]
                 for name in forget:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
             if effects.woken and self.waiters:
@@ -585,17 +574,16 @@ class QueueServer:
 
     def _wake_waiters(self) -> None:
         now = wall_ms()
-        with self.state_lock:
-            # Only the tubes someone waits on: this runs after every entry that
-            # made a job ready, and a node may hold far more tubes than waiters watch.
-            state = self.state
-            available = {}
-            for session in self.waiters:
-                for name in session.watch:
-                    count = state.reservable(name, now)
-                    if count:
-                        available[name] = count
-            candidates = self._claim(available)
+        # Only the tubes someone waits on: this runs after every entry that
+        # made a job ready, and a node may hold far more tubes than waiters watch.
+        state = self.state
+        available = {}
+        for session in self.waiters:
+            for name in session.watch:
+                count = state.reservable(name, now)
+                if count:
+                    available[name] = count
+        candidates = self._claim(available)
         for session in candidates:
             session.try_reserve()
             self.dirty.add(session)
@@ -636,8 +624,7 @@ class QueueServer:
         if self.waiters:
             # Reserves for the jobs this TICK makes ready ride in its entry, after
             # it: one commit between the deadline and the reply, not two.
-            with self.state_lock:
-                candidates = self._claim(self.state.ready_at(wall_ms()))
+            candidates = self._claim(self.state.ready_at(wall_ms()))
             for session in candidates:
                 session.reserve_now()
 
@@ -646,13 +633,12 @@ class QueueServer:
 
     # ----------------------------------------------------------------- stats
     def stats_body(self) -> bytes:
-        with self.state_lock:
-            raft = self.replica.status()
-            return server_stats(
-                self.state, self.directory, self.counters, self.sessions, len(self.waiters),
-                wall_ms(), self.max_job_size, self.draining,
-                journal=self.replica.journal, raft=raft, limits=self.limits_report(),
-            )
+        raft = self.replica.status()
+        return server_stats(
+            self.state, self.directory, self.counters, self.sessions, len(self.waiters),
+            wall_ms(), self.max_job_size, self.draining,
+            journal=self.replica.journal, raft=raft, limits=self.limits_report(),
+        )
 
     def limits_report(self) -> list[tuple[str, int]]:
         """The client limits and what they did, for `stats` (haqueue-* keys)."""

@@ -161,8 +161,7 @@ class GearmanService:
         self.drop_ability(session, None)
         self.server.dirty.discard(session)
         if self.server.serving:
-            with self.server.state_lock:
-                holds = self.server.state.gearman.holds(session.conn_id)
+            holds = self.server.state.gearman.holds(session.conn_id)
             if holds or session.in_flight:
                 # After anything it still had in flight (log order is submit order):
                 # its running jobs go back to the head of their queues.
@@ -194,8 +193,7 @@ class GearmanService:
     # ----------------------------------------------------- sleep and wake-up
     def pre_sleep(self, session: GearmanSession) -> None:
         """PRE_SLEEP: a NOOP at once if a job waits for one of its functions, else when one does."""
-        with self.server.state_lock:
-            waiting = self.server.state.gearman.grabbable(tuple(session.abilities))
+        waiting = self.server.state.gearman.grabbable(tuple(session.abilities))
         if waiting:
             session._reply(P.response("NOOP"))
             return
@@ -245,8 +243,7 @@ class GearmanService:
         words = line.split()
         command = words[0].lower() if words else b""
         if command == b"status":
-            with self.server.state_lock:
-                counts = self.server.state.gearman.function_counts()
+            counts = self.server.state.gearman.function_counts()
             workers = {name: len(members) for name, members in self.workers.items()}
             session._reply(A.status_lines(counts, workers))
         elif command == b"workers":

@@ -304,16 +304,14 @@ class GearmanSession(Connection):
 
     def _get_status(self, args) -> None:
         handle = args[0]
-        with self.host.state_lock:
-            known, running, numerator, denominator = self.host.state.gearman.status(
-                handle.decode("latin-1"))
+        known, running, numerator, denominator = self.host.state.gearman.status(
+            handle.decode("latin-1"))
         self._reply(P.response("STATUS_RES", handle, b"1" if known else b"0", b"1" if running else b"0",
                                b"%d" % numerator, b"%d" % denominator))
 
     def _get_status_unique(self, args) -> None:
         unique = args[0]
-        with self.host.state_lock:
-            known, running, numerator, denominator, waiting = self.host.state.gearman.status_by_unique(unique)
+        known, running, numerator, denominator, waiting = self.host.state.gearman.status_by_unique(unique)
         self._reply(P.response("STATUS_RES_UNIQUE", unique, b"1" if known else b"0", b"1" if running else b"0",
                                b"%d" % numerator, b"%d" % denominator, b"%d" % waiting))
 
@@ -368,8 +366,7 @@ class GearmanSession(Connection):
         if not self.in_flight:
             # Nothing of ours in flight: the applied state can tell "nothing for you"
             # without an entry (a stale answer costs the worker one PRE_SLEEP/NOOP round).
-            with self.host.state_lock:
-                found = self.host.state.gearman.grabbable(functions)
+            found = self.host.state.gearman.grabbable(functions)
             if not found:
                 self._reply(P.response("NO_JOB"))
                 return
@@ -436,9 +433,8 @@ class GearmanSession(Connection):
     def _work_data(self, name: str, args) -> None:
         handle = args[0]
         service = self.service
-        with self.host.state_lock:
-            job = self.host.state.gearman.jobs.get(handle.decode("latin-1"))
-            clients = tuple(job.clients) if job is not None and job.worker == self.conn_id else None
+        job = self.host.state.gearman.jobs.get(handle.decode("latin-1"))
+        clients = tuple(job.clients) if job is not None and job.worker == self.conn_id else None
         if clients is None:
             self._reply(error(b"JOB_NOT_FOUND", b"Job does not exist on server"))
             return

@@ -12,7 +12,7 @@ its server beyond what is listed here, and that QueueServer provides it all.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, ContextManager, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from haqueue.core.state import QueueState
 from haqueue.server.limits import ClientLimits
@@ -66,12 +66,9 @@ class ConnectionHost(Protocol):
     draining: bool  # puts (and Gearman submits) answer DRAINING
     dirty: set  # connections with replies to flush after the current entry
 
-    # the replicated state, read under its lock
+    # the replicated state, applied on this same thread (the loop's): read it freely
     @property
     def state(self) -> QueueState: ...
-
-    @property
-    def state_lock(self) -> ContextManager: ...
 
 
 @runtime_checkable

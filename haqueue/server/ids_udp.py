@@ -61,7 +61,7 @@ import logging
 import socket
 import struct
 from collections import deque
-from typing import Callable, ContextManager, Protocol
+from typing import Callable, Protocol
 
 from haqueue.core import commands as C
 from haqueue.core.ids import MAX_RESERVE
@@ -191,9 +191,6 @@ class IdHost(Protocol):
     @property
     def state(self) -> QueueState: ...
 
-    @property
-    def state_lock(self) -> ContextManager: ...
-
 
 class IdRequests:
     def __init__(self, server: IdHost, leader_endpoints: dict[str, str] | None = None) -> None:
@@ -230,8 +227,7 @@ class IdRequests:
         if isinstance(request, Monitor):
             self._monitor(request, respond)
             return
-        with server.state_lock:
-            rule = server.state.ids.rules.get(request.rule)
+        rule = server.state.ids.rules.get(request.rule)
         if rule is None:
             respond("unknown_rule", idjson.unknown_rule(request))
             return
@@ -278,8 +274,7 @@ class IdRequests:
                 self._reserved_error(request, respond, result)
             return
         _, first, count, step, now = result
-        with self.server.state_lock:
-            rule = self.server.state.ids.rules.get(waiting[0][0].rule)
+        rule = self.server.state.ids.rules.get(waiting[0][0].rule)
         if rule is None:  # removed by a later entry already applied: cannot render it
             for _request, respond in waiting:
                 respond(None, None)
@@ -384,10 +379,9 @@ class IdRequests:
         if not server.replica.read_lease_valid():
             respond(None, None)
             return
-        with server.state_lock:
-            ids = server.state.ids
-            known = request.rule in ids.rules
-            report = ids.monitor(request.rule, request.app)
+        ids = server.state.ids
+        known = request.rule in ids.rules
+        report = ids.monitor(request.rule, request.app)
         if not known:
             respond("unknown_rule", idjson.unknown_rule(request))
         elif report is None:
@@ -400,8 +394,7 @@ class IdRequests:
         if tag is None:
             respond(None, None)
         elif tag == "EXHAUSTED":
-            with self.server.state_lock:
-                rule = self.server.state.ids.rules.get(request.rule)
+            rule = self.server.state.ids.rules.get(request.rule)
             respond("exhausted", idjson.exhausted(request, result[1], rule.utc_offset if rule else 0))
         elif tag == "UNKNOWN_RULE":
             respond("unknown_rule", idjson.unknown_rule(request))

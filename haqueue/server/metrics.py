@@ -119,23 +119,22 @@ def tube_rows(server) -> tuple[list[str], list[tuple[int, ...]]]:
             waiting[name] = waiting.get(name, 0) + 1
     directory = server.directory
     now = wall_ms()
-    with server.state_lock:
-        tubes = server.state.tubes
-        names = tube_names(directory.order, tubes)
-        records = [tubes.get(name) or Tube(name) for name in names]
-        columns = [
-            tuple([tube.urgent_count for tube in records]),
-            tuple([tube.ready_count for tube in records]),
-            tuple([tube.reserved_count for tube in records]),
-            tuple([tube.delayed_count for tube in records]),
-            tuple([len(tube.buried) for tube in records]),
-            None, None, None,  # using, watching, waiting: the leader's, not replicated
-            tuple([(tube.unpause_at - now) // 1000 if tube.pause and tube.unpause_at > now else 0
-                   for tube in records]),
-            tuple([tube.total_jobs for tube in records]),
-            tuple([tube.cmd_delete for tube in records]),
-            tuple([tube.cmd_pause for tube in records]),
-        ]
+    tubes = server.state.tubes
+    names = tube_names(directory.order, tubes)
+    records = [tubes.get(name) or Tube(name) for name in names]
+    columns = [
+        tuple([tube.urgent_count for tube in records]),
+        tuple([tube.ready_count for tube in records]),
+        tuple([tube.reserved_count for tube in records]),
+        tuple([tube.delayed_count for tube in records]),
+        tuple([len(tube.buried) for tube in records]),
+        None, None, None,  # using, watching, waiting: the leader's, not replicated
+        tuple([(tube.unpause_at - now) // 1000 if tube.pause and tube.unpause_at > now else 0
+               for tube in records]),
+        tuple([tube.total_jobs for tube in records]),
+        tuple([tube.cmd_delete for tube in records]),
+        tuple([tube.cmd_pause for tube in records]),
+    ]
     for slot, counts in ((5, directory.using), (6, directory.watching), (7, waiting)):
         columns[slot] = tuple([counts.get(name, 0) for name in names])
     return names, columns
@@ -204,11 +203,10 @@ class NodeCollector:
 
     def _beanstalkd(self, server):
         counts = self.job_counts
-        with server.state_lock:
-            state = server.state
-            counts["reserved"] = state.reserved_count
-            job_timeouts, total_jobs = state.job_timeouts, state.total_jobs
-            internal_errors = state.internal_errors
+        state = server.state
+        counts["reserved"] = state.reserved_count
+        job_timeouts, total_jobs = state.job_timeouts, state.total_jobs
+        internal_errors = state.internal_errors
         for key in ("urgent", "ready", "reserved", "delayed", "buried"):
             yield GaugeMetricFamily(f"beanstalkd_current_jobs_{key}", f"{key.capitalize()} jobs, all tubes "
                                     f"(stats current-jobs-{key}).", value=counts[key])

@@ -20,7 +20,7 @@ bound, or after output_timeout. For fairness a connection runs at most
 COMMANDS_PER_TURN commands or TURN_SECONDS of work (READ_TURN_SECONDS until it writes), then yields to the loop,
 so other connections, new accepts and the admin port are served before it
 goes on; while a write waits for Raft, its next turn also waits for that
-(turns.py), so that Raft's thread gets the interpreter lock.
+(turns.py), so that the loop runs Raft's ticks before another round of it.
 
 use, watch and ignore change only this connection (not logged); so does
 `haqueue-operator NAME` (haqueue's extension): a connection that names itself
@@ -319,8 +319,7 @@ class Session(Connection):
     def _pause_tube(self, args) -> None:
         name, delay = args
         server = self.server
-        with server.state_lock:
-            exists = server.directory.exists(name, server.state)
+        exists = server.directory.exists(name, server.state)
         if not exists:
             self._reply(P.NOT_FOUND)
             return
@@ -335,41 +334,35 @@ class Session(Connection):
 
     def _peek(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            self._peek_reply(server.state.job(args[0]))
+        self._peek_reply(server.state.job(args[0]))
 
     def _peek_ready(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            self._peek_reply(server.state.peek_ready(self.use))
+        self._peek_reply(server.state.peek_ready(self.use))
 
     def _peek_delayed(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            self._peek_reply(server.state.peek_delayed(self.use))
+        self._peek_reply(server.state.peek_delayed(self.use))
 
     def _peek_buried(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            self._peek_reply(server.state.peek_buried(self.use))
+        self._peek_reply(server.state.peek_buried(self.use))
 
     def _stats_job(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            job = server.state.job(args[0])
-            if job is None:
-                self._reply(P.NOT_FOUND)
-                return
-            self._reply(P.ok(job_stats(job, server.state, wall_ms())))
+        job = server.state.job(args[0])
+        if job is None:
+            self._reply(P.NOT_FOUND)
+            return
+        self._reply(P.ok(job_stats(job, server.state, wall_ms())))
 
     def _stats_tube(self, args) -> None:
         name = args[0]
         server = self.server
-        with server.state_lock:
-            if not server.directory.exists(name, server.state):
-                self._reply(P.NOT_FOUND)
-                return
-            body = tube_stats(name, server.state, server.directory, server.waiting_on(name), wall_ms())
+        if not server.directory.exists(name, server.state):
+            self._reply(P.NOT_FOUND)
+            return
+        body = tube_stats(name, server.state, server.directory, server.waiting_on(name), wall_ms())
         self._reply(P.ok(body))
 
     def _stats(self, args) -> None:
@@ -377,8 +370,7 @@ class Session(Connection):
 
     def _list_tubes(self, args) -> None:
         server = self.server
-        with server.state_lock:
-            names = server.directory.names()
+        names = server.directory.names()
         self._reply(P.ok(P.yaml_list(names)))
 
     # session-local ----------------------------------------------------------
@@ -392,9 +384,8 @@ class Session(Connection):
         directory = server.directory
         if len(directory.order) < server.limits.max_tubes:
             return False
-        with server.state_lock:
-            if directory.exists(name, server.state):
-                return False
+        if directory.exists(name, server.state):
+            return False
         server.counters.out_of_memory_replies += 1
         self._reply(P.OUT_OF_MEMORY)
         return True
@@ -480,10 +471,9 @@ class Session(Connection):
             self._submit_reserve()
             return True
         now = wall_ms()
-        with server.state_lock:
-            state = server.state
-            ready = state.has_ready(self.watch, now)
-            soonest = state.soonest_reservation_deadline(self.conn_id)
+        state = server.state
+        ready = state.has_ready(self.watch, now)
+        soonest = state.soonest_reservation_deadline(self.conn_id)
         if not ready and server.defer_until_drops_applied(self):
             # A connection closed a moment ago and its reservations are on
             # their way back to ready (DROP_CONN in flight): beanstalkd would

@@ -20,7 +20,6 @@ known kinds; a connection never holds more than the flow-control bounds promise
 from __future__ import annotations
 
 import asyncio
-import threading
 
 from haqueue.core.commands import decode_batch
 from haqueue.protocol.gearman import NEED_DATA as GEARMAN_NEED_DATA
@@ -120,7 +119,6 @@ class InstantLog:
 
     def __init__(self) -> None:
         self.state = QueueState()
-        self.state_lock = threading.RLock()
         self.journal = None
         self.stamp = 1_000_000
         self.observations = RaftObservations()  # the batcher records entry sizes there
@@ -129,8 +127,7 @@ class InstantLog:
     def submit(self, data: bytes, callback) -> None:
         _, commands = decode_batch(data)
         self.stamp += 7  # the log's own clock: deterministic, moving forward
-        with self.state_lock:
-            applied = self.state.apply_batch(self.stamp, commands)
+        applied = self.state.apply_batch(self.stamp, commands)
         callback(applied)
 
     def read_lease_valid(self) -> bool:

@@ -41,8 +41,7 @@ def test_each_entry_reaches_a_follower_in_one_message_and_it_applies_within_a_he
             cluster.run_until(lambda: all(f.raftLastApplied == leader.raftCommitIndex for f in followers),
                               seconds=heartbeat + 0.05, what="the followers applying the last entry")
             for follower in followers:
-                with follower.state_lock:
-                    assert follower.state.tube("default").ready_count == 20
+                assert follower.state.tube("default").ready_count == 20
         finally:
             for restore in restores:
                 restore()

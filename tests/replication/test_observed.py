@@ -49,16 +49,21 @@ def test_lag_seconds_is_the_age_of_the_oldest_commit_a_follower_lacks():
     assert seen.lag_seconds(3, now=110.0) == 10.0
 
 
-def test_snapshots_record_size_and_duration_and_failures(caplog):
+def test_snapshots_record_size_and_duration_and_failures_as_events(caplog):
     seen = RaftObservations()
     with caplog.at_level(logging.INFO, logger="haqueue.events"):
-        seen.snapshot_started()
-        seen.snapshot_finished(True, 4096)
-        seen.snapshot_started()
-        seen.snapshot_finished(False, None)
+        seen.snapshot_started(40)
+        seen.snapshot_finished(40, 4096)
+        seen.snapshot_started(80)
+        seen.snapshot_failed("cannot fork the writer: Cannot allocate memory", retry_in=2.0)
     assert (seen.snapshots, seen.snapshot_failures, seen.last_snapshot_bytes) == (1, 1, 4096)
     assert seen.last_snapshot_seconds is not None and seen.last_snapshot_seconds >= 0
-    assert any(r.getMessage().startswith("snapshot taken: 4096 bytes in ") for r in caplog.records)
+    kinds = [r.fields["event"] for r in caplog.records]
+    assert kinds == ["snapshot_started", "snapshot_finished", "snapshot_started", "snapshot_failed"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[1].startswith("snapshot finished: through entry 40, 4096 bytes in ")
+    assert messages[3] == "snapshot failed: cannot fork the writer: Cannot allocate memory; next attempt in 2 s"
+    assert caplog.records[3].fields["reason"] == "cannot fork the writer: Cannot allocate memory"
 
 
 def test_a_slow_fsync_is_logged_once_per_interval(caplog):

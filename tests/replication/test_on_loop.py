@@ -104,8 +104,7 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
                 result, error = await asyncio.wait_for(done, 5)
                 assert error == raft_node.FAIL_SUCCESS and result.results[0][0] == "INSERTED"
             assert set(outcomes) == {threading.get_ident()}  # every outcome on the loop's thread
-            with leader.state_lock:
-                assert leader.state.tube("default").ready_count == 20
+            assert leader.state.tube("default").ready_count == 20
             # The followers apply too, from the appends and heartbeats that follow (docs/pysyncobj.md D16).
             while any(node.raftLastApplied < leader.raftCommitIndex for node in nodes):
                 assert loop.time() < deadline + 5, "a follower never applied the committed entries"

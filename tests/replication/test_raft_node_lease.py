@@ -9,7 +9,7 @@ and filter what the leader receives where pysyncobj receives it.
 from __future__ import annotations
 
 from haqueue.core.commands import PUT, encode_batch
-from tests.support.ticked import filter_at, free_ports, ticked_cluster
+from tests.support.ticked import filter_at, ticked_cluster
 
 STAMP = 1_700_000_000_000
 
@@ -71,17 +71,6 @@ def test_an_entry_bigger_than_a_message_chunk_reaches_the_followers_at_once():
         # Two heartbeats: the first append carries it, whole.
         cluster.run_until(cluster.caught_up, seconds=2 * cluster.timing.heartbeat, what="the followers applying it")
         assert all(len(n.state.jobs) == 1 for n in cluster.nodes)
-
-
-def test_a_lone_node_always_holds_its_lease():
-    from haqueue.replication.fsync_policy import NEVER
-    from haqueue.replication.raft_node import ReplicatedQueue
-
-    node = ReplicatedQueue(f"127.0.0.1:{free_ports(1)[0]}", [], data_dir=None, policy=NEVER)
-    try:
-        assert node.read_lease_valid()
-    finally:
-        node.stop()
 
 
 def test_a_leader_whose_thread_is_stuck_fails_the_leader_check_while_it_still_thinks_it_leads():

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import subprocess
 import sys
-import threading
 from pathlib import Path
+
+import pytest
 
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.lone import LoneReplica
 from haqueue.replication.raft_node import ROLE_NAMES
-from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike, _term_of
+from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike, _term_of, open_replica
 from tests.support.ticked import free_ports, ticked_cluster
 
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
@@ -62,51 +64,64 @@ def test_another_pysyncobj_version_is_refused_with_one_clear_line():
     assert "haqueue needs pysyncobj 0.3.17 exactly" in out.stderr and "found 0.3.99" in out.stderr
 
 
-def test_a_lone_replica_leads_and_returns_each_entry_s_results_and_effects():
-    roles: list[tuple[str, int]] = []
-    leading = threading.Event()
+def test_replicas_on_a_loop_elect_a_leader_that_returns_each_entry_s_results_and_effects():
+    """The Raft façade, started as the server starts it: on the running event loop
+    (three members here; a cluster of one is lone.LoneReplica)."""
+    roles: list[tuple[str, str, int]] = []
 
-    def role_changed(role: str, term: int) -> None:
-        roles.append((role, term))
-        if role == "leader":
-            leading.set()
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+        replicas = []
+        for address in addresses:
+            replicas.append(Replica(
+                ReplicaConfig(address, [a for a in addresses if a != address], policy=NEVER, secret="s"),
+                on_role_change=lambda role, term, address=address: roles.append((address, role, term)),
+                on_fatal=lambda message: None))
+        try:
+            for replica in replicas:
+                assert isinstance(replica, ReplicaLike)
+                replica.start()
+            deadline = loop.time() + 10
+            while not any(r.is_leader() and r.read_lease_valid() for r in replicas):
+                assert loop.time() < deadline, roles
+                await asyncio.sleep(0.01)
+            replica = next(r for r in replicas if r.is_leader())
+            term = replica.term
+            assert replica.leads_in(term) and not replica.leads_in(term + 1)
+            assert replica.status()["role"] == "leader"
 
-    replica = Replica(ReplicaConfig(f"127.0.0.1:{free_ports(1)[0]}", [], policy=NEVER),
-                      on_role_change=role_changed, on_fatal=lambda message: None)
-    assert isinstance(replica, ReplicaLike)
-    replica.start()
-    try:
-        assert leading.wait(5), roles
-        term = replica.term
-        assert replica.is_leader() and replica.leads_in(term) and not replica.leads_in(term + 1)
-        assert replica.read_lease_valid() and replica.is_followed()
-        assert replica.status()["role"] == "leader" and replica.follower_lag() == {}
-
-        outcome: list = []
-        applied_event = threading.Event()
-
-        def applied(value) -> None:
-            outcome.append(value)
-            applied_event.set()
-
-        stamp = 1_700_000_000_000
-        replica.submit(C.encode_batch(stamp, [(C.PUT, "a", 0, 0, 60_000, b"x"),
-                                              (C.PUT, "b", 0, 5_000, 60_000, b"y")]), applied)
-        assert applied_event.wait(5)
-        (value,) = outcome
-        assert value.results == [("INSERTED", 1), ("INSERTED", 2)]
-        assert value.effects.woken == {"a"}  # b's job is delayed
-        assert value.effects.next_deadline == stamp + 5_000
-        with replica.state_lock:
+            done = loop.create_future()
+            stamp = 1_700_000_000_000
+            replica.submit(C.encode_batch(stamp, [(C.PUT, "a", 0, 0, 60_000, b"x"),
+                                                  (C.PUT, "b", 0, 5_000, 60_000, b"y")]), done.set_result)
+            value = await asyncio.wait_for(done, 5)
+            assert value.results == [("INSERTED", 1), ("INSERTED", 2)]
+            assert value.effects.woken == {"a"}  # b's job is delayed
+            assert value.effects.next_deadline == stamp + 5_000
             assert sorted(replica.state.jobs) == [1, 2]
-    finally:
-        replica.stop()
+            assert set(replica.follower_lag()) == set(addresses) - {addresses[replicas.index(replica)]}
+        finally:
+            for replica in replicas:
+                replica.stop()
+
+    asyncio.run(run())
+    assert any(role == "leader" for _, role, _ in roles)
 
 
-
-def test_a_lone_replica_offers_everything_the_interface_names():
+def test_a_lone_replica_offers_everything_the_interface_names_and_always_holds_its_lease():
     lone = LoneReplica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
     assert isinstance(lone, ReplicaLike)
+    assert lone.read_lease_valid()  # nobody else can lead
+
+
+def test_a_raft_node_without_partners_is_refused_a_cluster_of_one_is_a_lone_replica():
+    from haqueue.replication.raft_node import ReplicatedQueue
+
+    with pytest.raises(ValueError, match="needs partners"):
+        ReplicatedQueue("127.0.0.1:0", [], data_dir=None, policy=NEVER)
+    replica = open_replica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
+    assert isinstance(replica, LoneReplica)
 
 
 def test_a_candidate_is_announced_with_the_term_it_stands_for():

@@ -294,9 +294,10 @@ def test_an_unreadable_snapshot_stops_the_node_at_start_with_one_line(tmp_path, 
 
 # ------------------------------------------------------------- the fork
 def test_the_snapshot_writer_holds_no_inherited_socket(tmp_path, monkeypatch):
-    from haqueue.replication.raft_node import ReplicatedQueue
+    from haqueue.replication.observed import RaftObservations
+    from haqueue.replication.snapshot_writer import SnapshotWriter
 
-    listener = socket.socket()
+    listener = socket.socket()  # a client listener the node holds when it forks
     listener.bind((HOST, 0))
     listener.listen()
     marker = tmp_path / "child-started"
@@ -308,16 +309,12 @@ def test_the_snapshot_writer_holds_no_inherited_socket(tmp_path, monkeypatch):
         return real_encode(state, raft_data)
 
     monkeypatch.setattr(snapshot, "encode", slow_encode)
-    node = ReplicatedQueue(f"{HOST}:{free_port()}", [], data_dir=str(tmp_path / "d"), policy=NEVER)
+    writer = SnapshotWriter(str(tmp_path / "raft.snapshot"), RaftObservations(), sync=False)
     try:
-        for _ in range(100):
-            node.doTick(0.01)
-            if node._isLeader() and node.raftLastApplied >= 1:
-                break
-        node.forceLogCompaction()
+        assert writer.start(QueueState(), (("e2", 2, 1), ("e1", 1, 1), ()))
         deadline = time.monotonic() + 10
         while not marker.exists() and time.monotonic() < deadline:
-            node.doTick(0.01)
+            time.sleep(0.01)  # polling another process's file, with a deadline
         assert marker.exists(), "no snapshot child was started"
         child = int(marker.read_text())
         inherited = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")
@@ -325,7 +322,7 @@ def test_the_snapshot_writer_holds_no_inherited_socket(tmp_path, monkeypatch):
         assert not any(target.startswith("socket:") for target in inherited), inherited
     finally:
         listener.close()
-        node.stop()
+        writer.end(10.0)
 
 
 def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
@@ -333,13 +330,14 @@ def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
     from haqueue.replication.snapshot import SnapshotError
 
     stops = []
-    node = ReplicatedQueue(f"{HOST}:{free_port()}", [], data_dir=str(tmp_path / "d"), policy=NEVER,
-                           on_fatal=stops.append)
+    # Its partner never answers: the node is never ticked.
+    node = ReplicatedQueue(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"], data_dir=str(tmp_path / "d"),
+                           policy=NEVER, on_fatal=stops.append)
     try:
         received = tmp_path / "d" / "raft.snapshot"
         received.write_bytes(b"")  # as pysyncobj leaves a transfer cut short by a crash
         with pytest.raises(SnapshotError):
-            node._read_snapshot(str(received))  # what pysyncobj calls, then only logs
+            node.snapshots.read(str(received))  # what pysyncobj calls, then only logs
         assert stops and "the file is empty" in stops[0]
         assert node.fatal_error == stops[0]
     finally:
@@ -366,10 +364,11 @@ def test_a_stuck_snapshot_writer_never_keeps_a_failed_node_from_exiting(tmp_path
     # inherited at fork) kept a node that had already failed from exiting.
     from haqueue.replication.raft_node import ReplicatedQueue
 
-    node = ReplicatedQueue(f"{HOST}:{free_port()}", [], data_dir=str(tmp_path / "d"), policy=NEVER)
+    node = ReplicatedQueue(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"], data_dir=str(tmp_path / "d"),
+                           policy=NEVER)
     stuck = subprocess.Popen(["sleep", "60"])  # stands in for the hung writer, our own child
     try:
-        node._snapshot_pid = stuck.pid
+        node.snapshot_writer.pid = stuck.pid
         node.fatal_error = "journal …: fdatasync failed: EIO"
         started = time.monotonic()
         node.stop()

@@ -38,7 +38,7 @@ def test_log_json_writes_one_object_per_line_with_the_event_fields():
     assert won[0]["ts"].endswith("Z") and won[0]["pid"] == srv.pid
 
 
-def test_snapshot_taken_and_restored_are_logged(tmp_path):
+def test_snapshot_started_finished_and_restored_are_logged(tmp_path):
     data = tmp_path / "data"
     srv = start_haqueue("-b", str(data), "-s", "4096", "-V", "--log-json")
     try:
@@ -46,11 +46,13 @@ def test_snapshot_taken_and_restored_are_logged(tmp_path):
             for _ in range(20):  # past 4 KiB of journal: the node folds it into a snapshot
                 conn.send(b"put 0 0 60 200\r\n" + b"x" * 200 + b"\r\n")
                 assert conn.recv_reply().startswith(b"INSERTED")
-        log = wait_for_log(srv, '"event":"snapshot_taken"')
+        log = wait_for_log(srv, '"event":"snapshot_finished"')
     finally:
         srv.stop()
-    taken = [e for e in json_events(log) if e.get("event") == "snapshot_taken"]
+    started = [e for e in json_events(log) if e.get("event") == "snapshot_started"]
+    taken = [e for e in json_events(log) if e.get("event") == "snapshot_finished"]
     assert taken[0]["bytes"] > 0 and taken[0]["seconds"] >= 0
+    assert started[0]["index"] == taken[0]["index"] and started[0]["msg"].startswith("snapshot started: through entry ")
     again = start_haqueue("-b", str(data), "-V")  # text lines this time
     try:
         log = wait_for_log(again, "snapshot restored: ")

@@ -10,7 +10,6 @@ tests/server/test_group_commit.py.
 from __future__ import annotations
 
 import json
-import threading
 
 from haqueue.core import commands as C
 from haqueue.core.idrules import IdRule
@@ -39,7 +38,6 @@ class Held(HeldCommands):
 class Node:
     def __init__(self, ids: IdState) -> None:
         self.state = type("State", (), {"ids": ids})()
-        self.state_lock = threading.Lock()
         self.replica = Lease()
         self.batcher = Held(self.state)
         self.serving = True

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 
 import pytest
 from hypothesis import example, given, settings
@@ -78,7 +77,6 @@ class Node:
         self.state = QueueState()
         self.state.apply_batch(clock(), [(C.ID_SET_RULES, wanted_rule_records(RULES))])
         self.applied: list[tuple[int, list]] = []
-        self.state_lock = threading.Lock()
         self.replica = Lease()
         self.batcher = Log(self)
         self.serving = True
@@ -92,7 +90,6 @@ class Deposed:
 
     def __init__(self, node: Node) -> None:
         self.state = node.state
-        self.state_lock = node.state_lock
         self.replica = Lease()
         self.replica.valid = False
         self.batcher = self

@@ -16,7 +16,6 @@ concerns go to the log, and flushes the sessions with new replies.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
@@ -46,8 +45,7 @@ class ManualLog:
         if not entry:
             return 0
         self.stamp += 10
-        with self.host.state_lock:
-            applied = self.host.state.apply_batch(self.stamp, [command for command, _ in entry])
+        applied = self.host.state.apply_batch(self.stamp, [command for command, _ in entry])
         self.committed += [command for command, _ in entry]
         for (_, continuation), result in zip(entry, applied.results):
             continuation(result)
@@ -128,15 +126,10 @@ class LocalHost:
         self.waiters: set[Session] = set()
         self.forgotten: list[str] = []
         self._state = QueueState()
-        self._lock = threading.RLock()
 
     @property
     def state(self) -> QueueState:
         return self._state
-
-    @property
-    def state_lock(self):
-        return self._lock
 
     def session_opened(self, session: Session) -> None:
         self.sessions.add(session)
@@ -149,8 +142,7 @@ class LocalHost:
         return False  # no closed connection's reservations are ever in flight here
 
     def unref_tube(self, name: str) -> None:
-        with self.state_lock:
-            forget = self.directory.unref(name, self.state)
+        forget = self.directory.unref(name, self.state)
         if forget:
             self.forgotten.append(name)
             self.batcher.submit((C.FORGET_TUBE, name), lambda result: None)

@@ -1,7 +1,7 @@
 """In-process Raft nodes ticked by hand, in virtual time: replication logic without the wall clock.
 
 `ticked_cluster()` builds three ReplicatedQueue nodes on loopback (ephemeral
-ports, real pysyncobj sockets) and never starts their tick threads. Instead
+ports, real pysyncobj sockets) and never starts them on a loop. Instead
 `TickedCluster.round()` moves a virtual clock on by one `step` and ticks every
 node once, in turn, without waiting on its sockets (`tick(0)`). The virtual
 clock is the one pysyncobj and raft_node share (pysyncobj_patches.use_clock)
@@ -14,7 +14,7 @@ Tests therefore wait for logic by rounds: `run_until(predicate, seconds=…)`
 ticks until the predicate holds and fails if it does not within that much
 virtual time; `run(seconds=…)` lets virtual time pass (several election
 timeouts in which nothing must happen) in milliseconds of real time. A node
-left out of the rounds (`paused`) is a node whose tick thread is stuck.
+left out of the rounds (`paused`) is a node whose loop is stuck (a long fsync).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class TickedCluster:
         self.clock = clock
         self.timing = timing
         self.step = step
-        self.paused: set[ReplicatedQueue] = set()  # not ticked: their tick thread is stuck
+        self.paused: set[ReplicatedQueue] = set()  # not ticked: their loop is stuck
         self.rounds = 0  # rounds run so far
 
     def rounds_in(self, seconds: float) -> int:
@@ -115,14 +115,21 @@ class TickedCluster:
         self.nodes[self.nodes.index(node)] = fresh
         return fresh
 
-    def finish_snapshot(self, node: ReplicatedQueue, *, seconds: float = 1.0) -> None:
-        """Tick until `node` forks a snapshot writer, wait for that process to exit
-        (an event: waitid without reaping it), then tick until the node has seen it."""
-        self.run_until(lambda: node._snapshot_pid, seconds=seconds, what="a snapshot writer")
-        taken = node.observations.snapshots + node.observations.snapshot_failures
-        os.waitid(os.P_PID, node._snapshot_pid, os.WEXITED | os.WNOWAIT)
-        self.run_until(lambda: node.observations.snapshots + node.observations.snapshot_failures > taken,
-                       seconds=seconds, what="the snapshot writer's exit noticed")
+    def until_snapshots(self, node: ReplicatedQueue, count: int, *, seconds: float = 1.0) -> None:
+        """Tick until `node` has taken `count` snapshots in all. A writer runs in real
+        time: before each round, wait for the running one's exit (an event: waitid
+        without reaping it), so that the node sees it at that round, with the
+        virtual clock stopped meanwhile."""
+        def taken() -> bool:
+            pid = node.snapshot_writer.pid
+            if pid:
+                try:
+                    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                except ChildProcessError:
+                    pass  # reaped already
+            return node.observations.snapshots >= count
+
+        self.run_until(taken, seconds=seconds, what=f"{count} snapshot(s) taken")
 
     # ------------------------------------------------------------ views
     def leader(self) -> ReplicatedQueue:
@@ -164,11 +171,13 @@ class TickedCluster:
 
 @contextmanager
 def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets: list[str] | None = None,
-                   elect: bool = True, step: float = STEP, **node_options) -> Iterator[TickedCluster]:
-    """`count` nodes in memory on loopback, ticked by hand in virtual time; by
-    default ticked until they have one leader that everyone follows.
-    `node_options` go to every ReplicatedQueue (journal_limit=...)."""
-    timing = timing or (RaftTiming() if count > 1 else RaftTiming.single_node())
+                   elect: bool = True, step: float = STEP, data_root: str | None = None,
+                   **node_options) -> Iterator[TickedCluster]:
+    """`count` nodes in memory on loopback (or with journals under `data_root`,
+    one directory each), ticked by hand in virtual time; by default ticked until
+    they have one leader that everyone follows. `node_options` go to every
+    ReplicatedQueue (journal_limit=...)."""
+    timing = timing or RaftTiming()
     clock = VirtualClock()
     secrets = secrets or ["s"] * count
     addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
@@ -177,8 +186,9 @@ def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets:
     with pysyncobj_patches.use_clock(clock):
         raft_node.lease_clock = clock  # the lease's clock too (module-level name, read at each call)
         try:
-            for address, secret in zip(addresses, secrets):
-                nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address], data_dir=None,
+            for n, (address, secret) in enumerate(zip(addresses, secrets)):
+                data_dir = os.path.join(data_root, f"node{n}") if data_root is not None else None
+                nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address], data_dir=data_dir,
                                              policy=NEVER, secret=secret, timing=timing, **node_options))
             for node in nodes:
                 node.transport.tryGetReady()  # everyone listening before anyone connects
