@@ -94,25 +94,23 @@ def tube_view(server, name: str) -> dict:
     if not _TUBE.fullmatch(name):
         raise Answer(400, f"{name!r} is not a tube name")
     now = wall_ms()
-    with server.state_lock:
-        state = server.state
-        if not server.directory.exists(name, state):
-            raise Answer(404, f"tube {name} not found")
-        stats = yaml_fields(tube_stats(name, state, server.directory, server.waiting_on(name), now))
-        heads = {"ready": state.peek_ready(name), "delayed": state.peek_delayed(name),
-                 "buried": state.peek_buried(name)}
-        peeks = {kind: None if job is None else _job_summary(job) for kind, job in heads.items()}
+    state = server.state  # the loop's thread applies entries: a read here sees whole ones
+    if not server.directory.exists(name, state):
+        raise Answer(404, f"tube {name} not found")
+    stats = yaml_fields(tube_stats(name, state, server.directory, server.waiting_on(name), now))
+    heads = {"ready": state.peek_ready(name), "delayed": state.peek_delayed(name),
+             "buried": state.peek_buried(name)}
+    peeks = {kind: None if job is None else _job_summary(job) for kind, job in heads.items()}
     return {"tube": name, "stats": stats, "peek": peeks, "leader": bool(server.serving)}
 
 
 def job_view(server, job_id: int) -> dict:
-    with server.state_lock:
-        state = server.state
-        job = state.job(job_id)
-        if job is None:
-            raise Answer(404, f"job {job_id} not found")
-        stats = yaml_fields(job_stats(job, state, wall_ms()))
-        summary = _job_summary(job)
+    state = server.state
+    job = state.job(job_id)
+    if job is None:
+        raise Answer(404, f"job {job_id} not found")
+    stats = yaml_fields(job_stats(job, state, wall_ms()))
+    summary = _job_summary(job)
     return {**summary, "stats": stats}
 
 
