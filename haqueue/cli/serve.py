@@ -118,6 +118,11 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
                 # the same one when a follower names the leader.
                 spec, _ = load_cluster_file(config_path, node_id)
                 options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
+        if options.id_port and options.data_dir is None:
+            # In memory, a restart starts every counter again: ids handed out
+            # before it would be handed out again (docs/id-service.md, "Durability").
+            raise HaqueueError(f"--id-port {options.id_port} needs -b DIR: without a journal on disk "
+                               f"a restart would hand out the same ids again")
         if id_rate_limit is not None:
             options.id_rate_limit = id_rate_limit
         if gearman_port is not None:

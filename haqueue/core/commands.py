@@ -124,3 +124,25 @@ def decode_batch(data: bytes) -> tuple[int, list[tuple]]:
     if type(version) is not int or not 1 <= version <= LOG_FORMAT_VERSION:
         raise LogFormatError(f"log format version {version}, this node speaks {LOG_FORMAT_VERSION}")
     return stamp_ms, commands
+
+
+# Pickle writes the int 14 as BININT1 14, these two bytes, wherever ID_RESERVE
+# opens a command; a frame header can come between opcodes, never inside one.
+ID_RESERVE_MARK = pickle.dumps(ID_RESERVE, protocol=5)[-3:-1]
+assert ID_RESERVE_MARK == b"K\x0e"
+
+
+def reserves_ids(entry: bytes) -> bool:
+    """Does this entry hold an ID_RESERVE? Its values must be on disk before any is
+    handed out, whatever the fsync policy (docs/id-service.md, "Durability").
+
+    A byte search rules out nearly every other entry; the few it cannot (a 14
+    elsewhere, a body holding those bytes) are decoded. An entry that does not
+    decode reserves nothing here: applying it stops the node anyway."""
+    if ID_RESERVE_MARK not in entry:
+        return False
+    try:
+        _stamp, commands = decode_batch(entry)
+    except LogFormatError:
+        return False
+    return any(type(command) is tuple and command and command[0] == ID_RESERVE for command in commands)

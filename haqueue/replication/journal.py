@@ -31,7 +31,21 @@ synced, with the first record that does not fit.
 
 Metadata (current term, vote, commit index) lives in `<journal>.meta`, written
 to a temporary file, fsynced and renamed, so a vote is on disk before the
-message that reveals it is sent (Raft §5.2).
+message that reveals it is sent (Raft §5.2). Whatever the policy says, `-F`
+included: a vote forgotten in an OS crash lets a node vote twice in one term,
+and two leaders of one term can both commit. Votes are rare (one write per
+election), so this costs nothing in steady state. The commit index need not be
+durable (a restarted node relearns it): it rides along when the term or vote
+is stored and at a clean close, never on its own; storing it once a second
+cost the event loop a rename and two fsyncs every second on a busy node.
+
+Entries that must be durable whatever the policy: an entry reserving ids
+(core/commands.reserves_ids) is synced before it is acknowledged or applied
+even with `-f MS` or `-F`, since the values it hands out must never be handed
+out again after a power loss (docs/id-service.md, "Durability"); and under
+`-f0` the no-op a new leader appends is synced as it is written, because
+pysyncobj counts the leader's own copy towards a commit without asking
+whether it is on disk.
 
 The leader syncs in the background (`sync_in_background`, one worker thread):
 its own fsync then overlaps the followers' round trip without stopping the
@@ -66,6 +80,7 @@ import time
 import zlib
 from contextlib import contextmanager
 
+from haqueue.core.commands import ID_RESERVE_MARK, reserves_ids
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.observed import FsyncTimer
 
@@ -80,6 +95,7 @@ MAGIC = b"HAQJRNL1"
 # every tool reads either node's journal.
 _REGULAR = 0
 _REGULAR_BYTE = bytes([_REGULAR])
+_NO_OP_COMMAND = bytes([1])  # pysyncobj's _COMMAND_TYPE.NO_OP: a new leader's first entry
 
 
 def frame(entry: bytes) -> bytes:
@@ -193,6 +209,9 @@ class DurableJournal:
         with self._io("open"):
             self._open()
         self.synced_end = self.end
+        # The end of the last entry that must be synced whatever the policy
+        # (the module docstring): sync() forces an fsync while it is unsynced.
+        self.owed_end = 0
 
     @property
     def dirty(self) -> bool:
@@ -223,7 +242,9 @@ class DurableJournal:
     # ------------------------------------------------------------------ file
     def _open(self) -> None:
         if not os.path.exists(self.path):
-            write_atomically(self.path, MAGIC, sync=not self.policy.never)
+            # Synced even with -F, once per data directory: the file must outlive a
+            # power loss for the entries owed to the disk (ids) to be in it.
+            write_atomically(self.path, MAGIC, sync=True)
         self.fd = os.open(self.path, os.O_RDWR)
         with open(self.path, "rb") as f:
             data = f.read()
@@ -287,9 +308,12 @@ class DurableJournal:
         offset `through` (default: everything written)."""
         self._check()
         target = self.end if through is None else through
-        if self.policy.never or self.synced_end >= target:
+        if self.synced_end >= target:
             return
-        if not self.policy.durable:
+        owed = self.synced_end < min(target, self.owed_end)
+        if self.policy.never and not owed:
+            return
+        if not self.policy.durable and not owed:
             if (time.monotonic() - self.last_sync) * 1000 < self.policy.interval_ms:
                 return
         self._wait_for_background()
@@ -382,6 +406,10 @@ class DurableJournal:
         self.offsets.append(self.end)
         self.end += len(record)
         self.records_written += 1
+        if ID_RESERVE_MARK in command and _reserves_ids(command):
+            self.owed_end = self.end
+        elif command == _NO_OP_COMMAND and self.policy.durable:
+            self.force_sync()
 
     def _write_ahead(self, allocated: int) -> None:
         """Zeros from the end of the records to `allocated`: the records' next room. Synced
@@ -398,6 +426,7 @@ class DurableJournal:
             os.lseek(self.fd, end, os.SEEK_SET)
             self.end = self.allocated = end
             self.synced_end = min(self.synced_end, end)
+            self.owed_end = min(self.owed_end, end)
             # A truncation must reach the disk before anything after it is acked.
             if not self.policy.never:
                 os.fdatasync(self.fd)
@@ -428,17 +457,20 @@ class DurableJournal:
         self._wait_for_background()  # it must not sync the fd closed below
         start = self.offsets[entryTo] if entryTo < len(self.offsets) else self.end
         tmp = self.path + ".compact"
+        # The copy is synced as a whole (below), so `-F` must sync it too while
+        # it holds an entry owed to the disk.
+        sync = not self.policy.never or self.owed_end > self.synced_end
         with self._io("compacting", tmp):
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 write_all(out, MAGIC)
                 _copy_range(self.fd, out, start, self.end - start)
-                if not self.policy.never:
+                if sync:
                     os.fsync(out)
             finally:
                 os.close(out)
             os.replace(tmp, self.path)
-            if not self.policy.never:
+            if sync:
                 fsync_dir(self.path)
             shift = start - len(MAGIC)
             os.close(self.fd)
@@ -450,6 +482,7 @@ class DurableJournal:
             self.allocated = self.end  # the copy has no room ahead: the next add writes it
             os.lseek(self.fd, self.end, os.SEEK_SET)
             self.synced_end = self.end
+            self.owed_end = max(0, self.owed_end - shift)
 
     def __getitem__(self, item):
         return self.entries[item]
@@ -469,7 +502,7 @@ class DurableJournal:
                 if not self.policy.never:
                     self.force_sync()
                 if self.meta_dirty:
-                    self._store_meta(sync=not self.policy.never)
+                    self._store_meta(sync=True)
         finally:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -477,7 +510,7 @@ class DurableJournal:
 
     def setRaftCommitIndex(self, raftCommitIndex):
         # The commit index need not be durable for safety (a restarted node
-        # relearns it); it is stored lazily, once a second.
+        # relearns it); it is stored with the term and vote, and at close.
         if self.meta.get("raftCommitIndex") != raftCommitIndex:
             self.meta["raftCommitIndex"] = raftCommitIndex
             self.meta_dirty = True
@@ -488,7 +521,7 @@ class DurableJournal:
     def setCurrentTerm(self, term, votedForNodeId):
         self.meta["currentTerm"] = term
         self.meta["votedForNodeId"] = votedForNodeId
-        self._store_meta(sync=not self.policy.never)
+        self._store_meta(sync=True)  # even with -F: see the module docstring
 
     def getCurrentTerm(self):
         return self.meta.get("currentTerm", 0)
@@ -497,10 +530,20 @@ class DurableJournal:
         return self.meta.get("votedForNodeId")
 
     def onOneSecondTimer(self):
-        if self.meta_dirty:
-            self._store_meta(sync=not self.policy.never)
+        # pysyncobj's hook for storing metadata once a second: nothing to store
+        # (setRaftCommitIndex). The periodic policy's own sync is the tick's.
         if not self.policy.durable:
             self.sync()
+
+
+def _reserves_ids(command: bytes) -> bool:
+    """Does this journal command carry an entry that reserves ids? (A command
+    that does not unframe reserves nothing: applying it stops the node.)"""
+    try:
+        entry = unframe(command)
+    except Exception:
+        return False
+    return entry is not None and reserves_ids(entry)
 
 
 def _read_record(data: bytes, pos: int) -> tuple[bytes, int] | None:

@@ -189,8 +189,8 @@ class LoneReplica:
             try:
                 journal.add(frame(entry), index, self.term)
                 journal.setRaftCommitIndex(index)  # stored lazily (_every_second)
-                if self.policy.durable:
-                    journal.sync()
+                if self.policy.durable or journal.owed_end > journal.synced_end:
+                    journal.sync()  # ids are synced whatever the policy (journal.py)
                 elif not self.policy.never and self._sync_timer is None:
                     self._sync_timer = self._loop.call_later(self.policy.interval_ms / 1000, self._sync_due)
             except JournalError as exc:

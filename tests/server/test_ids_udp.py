@@ -184,7 +184,8 @@ def test_hostile_datagrams_get_an_error_or_silence_and_never_a_log_entry(node):
 
 def test_a_source_over_the_rate_limit_is_dropped_and_served_again_after(tmp_path):
     id_port = free_udp_port()
-    server = start_haqueue("--id-port", str(id_port), "--id-rate-limit", "200")  # burst 100
+    server = start_haqueue("--id-port", str(id_port), "--id-rate-limit", "200",  # burst 100
+                           data_dir=str(tmp_path / "data"))
     client = IdClient(id_port)
     try:
         client.call(get("counter", "flood"))  # the node serves (a token or a few taken)
