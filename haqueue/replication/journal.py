@@ -351,14 +351,32 @@ class DurableJournal:
         with self._sync_state:
             if self._sync_target is not None:
                 return  # one at a time: the caller asks again on its next round
-            self._sync_target = self.end
             if self._sync_worker is None:
-                self._sync_worker = threading.Thread(target=self._sync_in_worker, name="journal-sync",
-                                                     daemon=True)
-                self._sync_worker.start()
+                worker = threading.Thread(target=self._sync_in_worker, name="journal-sync", daemon=True)
+                try:
+                    worker.start()
+                except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                    # Nothing would ever sync: a node waiting for it would wait forever.
+                    self.failed = f"journal {self.path}: cannot start its sync thread: {exc}"
+                    raise JournalError(self.failed) from exc
+                self._sync_worker = worker
+            self._sync_target = self.end
             self._sync_state.notify_all()
 
     def _sync_in_worker(self) -> None:
+        try:
+            self._serve_background_syncs()
+        except BaseException as exc:
+            # A bug, or MemoryError: whoever waits for this sync would wait
+            # forever. Poison the journal instead, which stops the node.
+            log.debug("journal sync thread died", exc_info=True)
+            with self._sync_state:
+                if self.failed is None:
+                    self.failed = f"journal {self.path}: its sync thread died: {type(exc).__name__}: {exc}"
+                self._sync_target = None
+                self._sync_state.notify_all()
+
+    def _serve_background_syncs(self) -> None:
         state = self._sync_state
         while True:
             with state:
@@ -384,10 +402,16 @@ class DurableJournal:
                 state.notify_all()
 
     def _wait_for_background(self) -> None:
-        if self._sync_worker is not None:
+        worker = self._sync_worker
+        if worker is not None:
             with self._sync_state:
                 while self._sync_target is not None:
-                    self._sync_state.wait()
+                    # The worker clears the target even when it dies (_sync_in_worker);
+                    # the timeout is a second guard against waiting on a dead thread.
+                    if not self._sync_state.wait(timeout=1.0) and not worker.is_alive():
+                        if self.failed is None:
+                            self.failed = f"journal {self.path}: its sync thread is gone"
+                        self._sync_target = None
         self._check()
 
     # ------------------------------------------------------- Journal interface

@@ -13,19 +13,18 @@ in an OS crash lets a node vote twice in one term.
 from __future__ import annotations
 
 import asyncio
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 import pytest
 
 from haqueue.core import commands as C
 from haqueue.core.results import Tag
-from haqueue.replication import pysyncobj_patches, raft_node
 from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
 from haqueue.replication.journal import DurableJournal, frame
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
 from haqueue.replication.replica import ReplicaConfig, open_replica
 from tests.support.power_loss import PowerLoss
-from tests.support.ticked import STEP, TickedCluster, VirtualClock, free_ports
+from tests.support.ticked import free_ports
+from tests.support.ticked_on_disk import cluster_on_disk
 
 STAMP = 1_700_000_000_000
 POLICIES = [pytest.param(FsyncPolicy(60_000), id="f60000"), pytest.param(NEVER, id="F")]
@@ -93,32 +92,6 @@ def test_term_and_vote_survive_a_power_loss_whatever_the_policy(tmp_path, policy
 
 
 # ------------------------------------------------------------------ a cluster
-@contextmanager
-def cluster_on_disk(tmp_path, addresses: list[str], policy, prepare=lambda node: None):
-    """Three ReplicatedQueue nodes with data directories, ticked by hand (tests/support/ticked.py)."""
-    clock = VirtualClock()
-    timing = RaftTiming()
-    saved_lease_clock = raft_node.lease_clock
-    nodes: list[ReplicatedQueue] = []
-    with pysyncobj_patches.use_clock(clock):
-        raft_node.lease_clock = clock
-        try:
-            for n, address in enumerate(addresses):
-                nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address],
-                                             data_dir=str(tmp_path / f"n{n}"), policy=policy, secret="s",
-                                             timing=timing, compaction_entries=1_000_000))
-            for node in nodes:
-                prepare(node)
-                node.transport.tryGetReady()
-            cluster = TickedCluster(nodes, clock, timing, STEP, {node: "s" for node in nodes}, {})
-            cluster.run_until(cluster.settled, seconds=10 * timing.election_max, what="a leader")
-            yield cluster
-        finally:
-            raft_node.lease_clock = saved_lease_clock
-            for node in nodes:
-                node.stop()
-
-
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_cluster_never_hands_out_an_id_again_after_every_node_loses_power(tmp_path, policy):
     addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
