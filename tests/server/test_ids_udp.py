@@ -378,3 +378,15 @@ def test_sighup_rereads_the_rules_and_the_leader_commits_them(tmp_path):
         node.wait(timeout=10)
     errors = [line for line in log_path.read_text().splitlines() if "id rules not reloaded" in line]
     assert len(errors) == 1 and "needs a fixed width of at least 4" in errors[0]
+
+
+def test_without_a_data_directory_the_admin_port_hands_out_no_ids():
+    # In memory a restart starts every counter again; `serve` refuses --id-port
+    # without -b (tests/cli/test_serve.py), and /id answers why instead of an id.
+    admin_port = free_port()
+    server = start_haqueue("--admin", f"{HOST}:{admin_port}")
+    try:
+        assert http_id(admin_port, "/id/counter/orders") == (
+            503, {"code": -1, "message": "ids need -b DIR", "error": "no_journal"})
+    finally:
+        server.stop()
