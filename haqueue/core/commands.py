@@ -21,6 +21,16 @@ Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
    serves it with the current code. That test fails while a format below
    LOG_FORMAT_VERSION (or core/state.py's SNAPSHOT_FORMAT_VERSION) has no
    directory, or an opcode of an older format occurs in none.
+
+A recorded exception to rule 2: RELEASE_ORPHANS gained its `epoch` field in
+the repository's third commit (90869b0) without a new opcode. That was before
+any release and before every stored data directory (the oldest,
+tests/testdata/journals/logv1-snapv1, already writes three fields), and a
+command of two fields is applied as epoch 0, which is what the code before it
+did; so every journal replays to the same state. It stays so: a new opcode now
+would make each leader change write an entry that a node of the previous
+version refuses, stopping a rolling upgrade at its first election
+(tests/core/test_release_orphans_arity.py).
 """
 
 from __future__ import annotations
