@@ -143,8 +143,9 @@ class LoneReplica:
             self._meta_timer = self._loop.call_later(1.0, self._every_second)
 
     def _every_second(self) -> None:
-        # The commit index is stored lazily, as a Raft node stores it: it only
-        # tells `haqueue node replay` how far the journal is known committed.
+        # journal.onOneSecondTimer: the periodic policy's sync. (The commit index,
+        # which only tells `haqueue node replay` how far the journal is known
+        # committed, is stored with the term at start and at a clean stop.)
         if self._on_journal(DurableJournal.onOneSecondTimer):
             self._meta_timer = self._loop.call_later(1.0, self._every_second)
 
