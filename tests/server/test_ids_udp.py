@@ -348,7 +348,7 @@ def test_sighup_rereads_the_rules_and_the_leader_commits_them(tmp_path):
     client = IdClient(id_port)
     with open(log_path, "wb") as log:
         node = subprocess.Popen([sys.executable, "-m", "haqueue", "serve", "--config", str(config),
-                                 "--node", "n1"], stdout=log, stderr=log)
+                                 "--node", "n1", "-b", str(tmp_path / "data")], stdout=log, stderr=log)
 
     def wait_for(condition, what: str):
         deadline = time.monotonic() + DEADLINE
