@@ -231,7 +231,7 @@ class LoneReplica:
         self.observations.snapshot_started()
         self._snapshot_covers = (last, before)
         pid = snapshot.write_in_child(self.dump_path, self.state, (last, before, ()),
-                                      sync=not self.policy.never)
+                                      sync=True)  # -F too: it holds the id counters (journal.py)
         self._snapshot_pid = pid
         self._last_snapshot_time = time.monotonic()
         self._snapshot_fd = os.pidfd_open(pid)

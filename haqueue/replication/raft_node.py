@@ -671,9 +671,9 @@ class ReplicatedQueue(SyncObj):
         # fails harmlessly, and serializeChecker (ours) reports the truth.
         self.observations.snapshot_started()
         self.log_bytes_since_snapshot = 0  # the snapshot covers every entry applied so far
-        # The rename is synced before the parent drops the journal prefix.
-        self._snapshot_pid = snapshot.write_in_child(self.dump_path, self.state, raft_data,
-                                                     sync=not self.policy.never)
+        # The rename is synced before the parent drops the journal prefix; under -F
+        # too (in the child, off the loop): the snapshot holds the id counters.
+        self._snapshot_pid = snapshot.write_in_child(self.dump_path, self.state, raft_data, sync=True)
 
     def _snapshot_progress(self) -> int:
         pid = self._snapshot_pid
