@@ -133,3 +133,32 @@ def test_a_new_leaders_no_op_is_on_its_disk_before_it_counts_towards_a_commit(tm
                     if term == leader.raftCurrentTerm and command == b"\x01")
         cluster.run_until(lambda: leader.raftCommitIndex >= noop, seconds=1.0, what="the no-op committed")
         assert journal.synced_end >= journal.end_of_index(noop)
+
+
+def test_a_snapshot_is_written_synced_under_F_since_it_holds_the_counters(tmp_path, monkeypatch):
+    # Once the journal prefix is dropped, the snapshot is the only copy of the
+    # reservations in it: under -F it must be synced too (in the forked writer,
+    # which PowerLoss cannot watch, so the writer's instruction is checked).
+    from haqueue.replication import snapshot
+    from haqueue.replication.lone import LoneReplica
+
+    asked: list = []
+    real = snapshot.write_in_child
+
+    def write_in_child(path, state, raft_data, sync):
+        asked.append(sync)
+        return real(path, state, raft_data, sync)
+
+    monkeypatch.setattr(snapshot, "write_in_child", write_in_child)
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, compaction_entries=2)
+
+    async def main() -> None:
+        replica = LoneReplica(config, on_role_change=lambda role, term: None, on_fatal=lambda message: None,
+                              compaction_seconds=0)
+        replica.start()
+        for _ in range(3):
+            replica.submit(reserve(), lambda applied: None)
+        replica.stop()
+
+    asyncio.run(main())
+    assert asked and all(asked)
