@@ -71,7 +71,6 @@ run acknowledges anything that builds on it.
 from __future__ import annotations
 
 import errno
-from array import array
 import logging
 import os
 import pickle
@@ -79,6 +78,7 @@ import struct
 import threading
 import time
 import zlib
+from array import array
 from contextlib import contextmanager
 
 from haqueue.core.commands import ID_RESERVE_MARK, reserves_ids
