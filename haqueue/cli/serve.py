@@ -79,7 +79,7 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
               help="The private key (PEM) for --tls-cert.")
 @click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
-                   "0: off. [default: 0; the cluster file's id_port]")
+                   "needs -b. 0: off. [default: 0; the cluster file's id_port]")
 @click.option("--id-rate-limit", type=click.IntRange(0, None), default=None, metavar="N",
               help="Id service datagrams a second per source address; more are dropped unanswered; "
                    "0: no limit. [default: 20000; the cluster file's id_rate_limit]")
