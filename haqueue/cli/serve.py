@@ -79,7 +79,7 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
               help="The private key (PEM) for --tls-cert.")
 @click.option("--id-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve the id service (id_server's JSON over UDP) on this port at the -l address; "
-                   "0: off. [default: 0; the cluster file's id_port]")
+                   "needs -b. 0: off. [default: 0; the cluster file's id_port]")
 @click.option("--id-rate-limit", type=click.IntRange(0, None), default=None, metavar="N",
               help="Id service datagrams a second per source address; more are dropped unanswered; "
                    "0: no limit. [default: 20000; the cluster file's id_rate_limit]")
@@ -118,6 +118,11 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
                 # the same one when a follower names the leader.
                 spec, _ = load_cluster_file(config_path, node_id)
                 options.id_endpoints = {n.raft_endpoint: f"{n.address}:{id_port}" for n in spec.nodes} if id_port else {}
+        if options.id_port and options.data_dir is None:
+            # In memory, a restart starts every counter again: ids handed out
+            # before it would be handed out again (docs/id-service.md, "Durability").
+            raise HaqueueError(f"--id-port {options.id_port} needs -b DIR: without a journal on disk "
+                               f"a restart would hand out the same ids again")
         if id_rate_limit is not None:
             options.id_rate_limit = id_rate_limit
         if gearman_port is not None:

@@ -21,6 +21,16 @@ Changing the log format, a checklist (in the manner of beanstalkd's WAL notes):
    serves it with the current code. That test fails while a format below
    LOG_FORMAT_VERSION (or core/state.py's SNAPSHOT_FORMAT_VERSION) has no
    directory, or an opcode of an older format occurs in none.
+
+A recorded exception to rule 2: RELEASE_ORPHANS gained its `epoch` field in
+the repository's third commit (90869b0) without a new opcode. That was before
+any release and before every stored data directory (the oldest,
+tests/testdata/journals/logv1-snapv1, already writes three fields), and a
+command of two fields is applied as epoch 0, which is what the code before it
+did; so every journal replays to the same state. It stays so: a new opcode now
+would make each leader change write an entry that a node of the previous
+version refuses, stopping a rolling upgrade at its first election
+(tests/core/test_release_orphans_arity.py).
 """
 
 from __future__ import annotations
@@ -124,3 +134,25 @@ def decode_batch(data: bytes) -> tuple[int, list[tuple]]:
     if type(version) is not int or not 1 <= version <= LOG_FORMAT_VERSION:
         raise LogFormatError(f"log format version {version}, this node speaks {LOG_FORMAT_VERSION}")
     return stamp_ms, commands
+
+
+# Pickle writes the int 14 as BININT1 14, these two bytes, wherever ID_RESERVE
+# opens a command; a frame header can come between opcodes, never inside one.
+ID_RESERVE_MARK = pickle.dumps(ID_RESERVE, protocol=5)[-3:-1]
+assert ID_RESERVE_MARK == b"K\x0e"
+
+
+def reserves_ids(entry: bytes) -> bool:
+    """Does this entry hold an ID_RESERVE? Its values must be on disk before any is
+    handed out, whatever the fsync policy (docs/id-service.md, "Durability").
+
+    A byte search rules out nearly every other entry; the few it cannot (a 14
+    elsewhere, a body holding those bytes) are decoded. An entry that does not
+    decode reserves nothing here: applying it stops the node anyway."""
+    if ID_RESERVE_MARK not in entry:
+        return False
+    try:
+        _stamp, commands = decode_batch(entry)
+    except LogFormatError:
+        return False
+    return any(type(command) is tuple and command and command[0] == ID_RESERVE for command in commands)

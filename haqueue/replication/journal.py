@@ -31,7 +31,21 @@ synced, with the first record that does not fit.
 
 Metadata (current term, vote, commit index) lives in `<journal>.meta`, written
 to a temporary file, fsynced and renamed, so a vote is on disk before the
-message that reveals it is sent (Raft §5.2).
+message that reveals it is sent (Raft §5.2). Whatever the policy says, `-F`
+included: a vote forgotten in an OS crash lets a node vote twice in one term,
+and two leaders of one term can both commit. Votes are rare (one write per
+election), so this costs nothing in steady state. The commit index need not be
+durable (a restarted node relearns it): it rides along when the term or vote
+is stored and at a clean close, never on its own; storing it once a second
+cost the event loop a rename and two fsyncs every second on a busy node.
+
+Entries that must be durable whatever the policy: an entry reserving ids
+(core/commands.reserves_ids) is synced before it is acknowledged or applied
+even with `-f MS` or `-F`, since the values it hands out must never be handed
+out again after a power loss (docs/id-service.md, "Durability"); and under
+`-f0` the no-op a new leader appends is synced as it is written, because
+pysyncobj counts the leader's own copy towards a commit without asking
+whether it is on disk.
 
 The leader syncs in the background (`sync_in_background`, one worker thread):
 its own fsync then overlaps the followers' round trip without stopping the
@@ -64,8 +78,10 @@ import struct
 import threading
 import time
 import zlib
+from array import array
 from contextlib import contextmanager
 
+from haqueue.core.commands import ID_RESERVE_MARK, reserves_ids
 from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.observed import FsyncTimer
 
@@ -80,6 +96,7 @@ MAGIC = b"HAQJRNL1"
 # every tool reads either node's journal.
 _REGULAR = 0
 _REGULAR_BYTE = bytes([_REGULAR])
+_NO_OP_COMMAND = bytes([1])  # pysyncobj's _COMMAND_TYPE.NO_OP: a new leader's first entry
 
 
 def frame(entry: bytes) -> bytes:
@@ -174,7 +191,9 @@ class DurableJournal:
         self.path = path
         self.policy = policy
         self.entries: list[tuple[bytes, int, int]] = []
-        self.offsets: list[int] = []  # file offset of each entry's record
+        # The file offset of each entry's record: 8 bytes each in an array, where a
+        # list of ints cost 36 (the in-memory journal was 1.76x its file, now 1.6x).
+        self.offsets = array("Q")
         self.meta_path = path + ".meta"
         self.failed: str | None = None  # set once: the reason this journal is unusable
         self.meta = self._read_meta()
@@ -193,6 +212,9 @@ class DurableJournal:
         with self._io("open"):
             self._open()
         self.synced_end = self.end
+        # The end of the last entry that must be synced whatever the policy
+        # (the module docstring): sync() forces an fsync while it is unsynced.
+        self.owed_end = 0
 
     @property
     def dirty(self) -> bool:
@@ -223,7 +245,9 @@ class DurableJournal:
     # ------------------------------------------------------------------ file
     def _open(self) -> None:
         if not os.path.exists(self.path):
-            write_atomically(self.path, MAGIC, sync=not self.policy.never)
+            # Synced even with -F, once per data directory: the file must outlive a
+            # power loss for the entries owed to the disk (ids) to be in it.
+            write_atomically(self.path, MAGIC, sync=True)
         self.fd = os.open(self.path, os.O_RDWR)
         with open(self.path, "rb") as f:
             data = f.read()
@@ -287,9 +311,12 @@ class DurableJournal:
         offset `through` (default: everything written)."""
         self._check()
         target = self.end if through is None else through
-        if self.policy.never or self.synced_end >= target:
+        if self.synced_end >= target:
             return
-        if not self.policy.durable:
+        owed = self.synced_end < min(target, self.owed_end)
+        if self.policy.never and not owed:
+            return
+        if not self.policy.durable and not owed:
             if (time.monotonic() - self.last_sync) * 1000 < self.policy.interval_ms:
                 return
         self._wait_for_background()
@@ -327,14 +354,32 @@ class DurableJournal:
         with self._sync_state:
             if self._sync_target is not None:
                 return  # one at a time: the caller asks again on its next round
-            self._sync_target = self.end
             if self._sync_worker is None:
-                self._sync_worker = threading.Thread(target=self._sync_in_worker, name="journal-sync",
-                                                     daemon=True)
-                self._sync_worker.start()
+                worker = threading.Thread(target=self._sync_in_worker, name="journal-sync", daemon=True)
+                try:
+                    worker.start()
+                except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                    # Nothing would ever sync: a node waiting for it would wait forever.
+                    self.failed = f"journal {self.path}: cannot start its sync thread: {exc}"
+                    raise JournalError(self.failed) from exc
+                self._sync_worker = worker
+            self._sync_target = self.end
             self._sync_state.notify_all()
 
     def _sync_in_worker(self) -> None:
+        try:
+            self._serve_background_syncs()
+        except BaseException as exc:
+            # A bug, or MemoryError: whoever waits for this sync would wait
+            # forever. Poison the journal instead, which stops the node.
+            log.debug("journal sync thread died", exc_info=True)
+            with self._sync_state:
+                if self.failed is None:
+                    self.failed = f"journal {self.path}: its sync thread died: {type(exc).__name__}: {exc}"
+                self._sync_target = None
+                self._sync_state.notify_all()
+
+    def _serve_background_syncs(self) -> None:
         state = self._sync_state
         while True:
             with state:
@@ -360,10 +405,16 @@ class DurableJournal:
                 state.notify_all()
 
     def _wait_for_background(self) -> None:
-        if self._sync_worker is not None:
+        worker = self._sync_worker
+        if worker is not None:
             with self._sync_state:
                 while self._sync_target is not None:
-                    self._sync_state.wait()
+                    # The worker clears the target even when it dies (_sync_in_worker);
+                    # the timeout is a second guard against waiting on a dead thread.
+                    if not self._sync_state.wait(timeout=1.0) and not worker.is_alive():
+                        if self.failed is None:
+                            self.failed = f"journal {self.path}: its sync thread is gone"
+                        self._sync_target = None
         self._check()
 
     # ------------------------------------------------------- Journal interface
@@ -382,6 +433,10 @@ class DurableJournal:
         self.offsets.append(self.end)
         self.end += len(record)
         self.records_written += 1
+        if ID_RESERVE_MARK in command and _reserves_ids(command):
+            self.owed_end = self.end
+        elif command == _NO_OP_COMMAND and self.policy.durable:
+            self.force_sync()
 
     def _write_ahead(self, allocated: int) -> None:
         """Zeros from the end of the records to `allocated`: the records' next room. Synced
@@ -398,6 +453,7 @@ class DurableJournal:
             os.lseek(self.fd, end, os.SEEK_SET)
             self.end = self.allocated = end
             self.synced_end = min(self.synced_end, end)
+            self.owed_end = min(self.owed_end, end)
             # A truncation must reach the disk before anything after it is acked.
             if not self.policy.never:
                 os.fdatasync(self.fd)
@@ -406,7 +462,7 @@ class DurableJournal:
 
     def clear(self):
         self.entries = []
-        self.offsets = []
+        self.offsets = array("Q")
         self._truncate(len(MAGIC))
 
     def deleteEntriesFrom(self, entryFrom):
@@ -428,28 +484,32 @@ class DurableJournal:
         self._wait_for_background()  # it must not sync the fd closed below
         start = self.offsets[entryTo] if entryTo < len(self.offsets) else self.end
         tmp = self.path + ".compact"
+        # The copy is synced as a whole (below), so `-F` must sync it too while
+        # it holds an entry owed to the disk.
+        sync = not self.policy.never or self.owed_end > self.synced_end
         with self._io("compacting", tmp):
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 write_all(out, MAGIC)
                 _copy_range(self.fd, out, start, self.end - start)
-                if not self.policy.never:
+                if sync:
                     os.fsync(out)
             finally:
                 os.close(out)
             os.replace(tmp, self.path)
-            if not self.policy.never:
+            if sync:
                 fsync_dir(self.path)
             shift = start - len(MAGIC)
             os.close(self.fd)
             self.fd = -1
             self.fd = os.open(self.path, os.O_RDWR)
             self.entries = self.entries[entryTo:]
-            self.offsets = [offset - shift for offset in self.offsets[entryTo:]]
+            self.offsets = array("Q", [offset - shift for offset in self.offsets[entryTo:]])
             self.end -= shift
             self.allocated = self.end  # the copy has no room ahead: the next add writes it
             os.lseek(self.fd, self.end, os.SEEK_SET)
             self.synced_end = self.end
+            self.owed_end = max(0, self.owed_end - shift)
 
     def __getitem__(self, item):
         return self.entries[item]
@@ -469,7 +529,7 @@ class DurableJournal:
                 if not self.policy.never:
                     self.force_sync()
                 if self.meta_dirty:
-                    self._store_meta(sync=not self.policy.never)
+                    self._store_meta(sync=True)
         finally:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -477,7 +537,7 @@ class DurableJournal:
 
     def setRaftCommitIndex(self, raftCommitIndex):
         # The commit index need not be durable for safety (a restarted node
-        # relearns it); it is stored lazily, once a second.
+        # relearns it); it is stored with the term and vote, and at close.
         if self.meta.get("raftCommitIndex") != raftCommitIndex:
             self.meta["raftCommitIndex"] = raftCommitIndex
             self.meta_dirty = True
@@ -488,7 +548,7 @@ class DurableJournal:
     def setCurrentTerm(self, term, votedForNodeId):
         self.meta["currentTerm"] = term
         self.meta["votedForNodeId"] = votedForNodeId
-        self._store_meta(sync=not self.policy.never)
+        self._store_meta(sync=True)  # even with -F: see the module docstring
 
     def getCurrentTerm(self):
         return self.meta.get("currentTerm", 0)
@@ -497,10 +557,20 @@ class DurableJournal:
         return self.meta.get("votedForNodeId")
 
     def onOneSecondTimer(self):
-        if self.meta_dirty:
-            self._store_meta(sync=not self.policy.never)
+        # pysyncobj's hook for storing metadata once a second: nothing to store
+        # (setRaftCommitIndex). The periodic policy's own sync is the tick's.
         if not self.policy.durable:
             self.sync()
+
+
+def _reserves_ids(command: bytes) -> bool:
+    """Does this journal command carry an entry that reserves ids? (A command
+    that does not unframe reserves nothing: applying it stops the node.)"""
+    try:
+        entry = unframe(command)
+    except Exception:
+        return False
+    return entry is not None and reserves_ids(entry)
 
 
 def _read_record(data: bytes, pos: int) -> tuple[bytes, int] | None:

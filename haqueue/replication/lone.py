@@ -88,7 +88,8 @@ class LoneReplica:
             return
         os.makedirs(config.data_dir, exist_ok=True)
         self.dump_path = os.path.join(config.data_dir, "raft.snapshot")
-        self.snapshot_writer = SnapshotWriter(self.dump_path, self.observations, sync=not self.policy.never)
+        # Synced under -F too (in the child, off the loop): the snapshot holds the id counters.
+        self.snapshot_writer = SnapshotWriter(self.dump_path, self.observations, sync=True)
         self.journal = journal = DurableJournal(os.path.join(config.data_dir, "raft.journal"), self.policy)
         try:
             self._recover(journal)
@@ -138,8 +139,9 @@ class LoneReplica:
             self._meta_timer = self._loop.call_later(1.0, self._every_second)
 
     def _every_second(self) -> None:
-        # The commit index is stored lazily, as a Raft node stores it: it only
-        # tells `haqueue node replay` how far the journal is known committed.
+        # journal.onOneSecondTimer: the periodic policy's sync. (The commit index,
+        # which only tells `haqueue node replay` how far the journal is known
+        # committed, is stored with the term at start and at a clean stop.)
         if self._on_journal(DurableJournal.onOneSecondTimer):
             self._meta_timer = self._loop.call_later(1.0, self._every_second)
 
@@ -183,8 +185,8 @@ class LoneReplica:
             try:
                 journal.add(frame(entry), index, self.term)
                 journal.setRaftCommitIndex(index)  # stored lazily (_every_second)
-                if self.policy.durable:
-                    journal.sync()
+                if self.policy.durable or journal.owed_end > journal.synced_end:
+                    journal.sync()  # ids are synced whatever the policy (journal.py)
                 elif not self.policy.never and self._sync_timer is None:
                     self._sync_timer = self._loop.call_later(self.policy.interval_ms / 1000, self._sync_due)
             except JournalError as exc:

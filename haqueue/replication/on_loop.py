@@ -108,6 +108,7 @@ class LoopTicker:
         self.running = False
         self._poller = raft.epoll_poller
         self._scheduled = False
+        self._in_tick = False
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -141,16 +142,28 @@ class LoopTicker:
         # them (an acknowledgement commits and applies in this same tick).
         self._tick(events_first=True)
 
+    def tick_now(self) -> None:
+        """Tick at once, from a loop callback that is not a tick itself: the
+        server calls it before serving a client when the tick is overdue
+        (server/turns.py), since one pass of the loop may run hundreds of
+        ready connections before the tick's own callback comes round."""
+        if self.running and not self._in_tick:
+            self._tick(events_first=True)
+
     def _tick(self, events_first: bool = False) -> None:
         self._scheduled = False
         if not self.running:
             return
         raft, poller = self.raft, self._poller
-        for _ in range(MAX_ROUNDS):
-            if not raft.tick_once(events_first=events_first):
-                raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
-                return
-            if not poller.dispatched:
-                return
-            events_first = False  # the tick's own poll has just handed them out
+        self._in_tick = True
+        try:
+            for _ in range(MAX_ROUNDS):
+                if not raft.tick_once(events_first=events_first):
+                    raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
+                    return
+                if not poller.dispatched:
+                    return
+                events_first = False  # the tick's own poll has just handed them out
+        finally:
+            self._in_tick = False
         self.notify()  # still busy: let the loop's other callbacks run first

@@ -7,7 +7,7 @@ So the version is pinned, and checked here, when pysyncobj is first imported
 through this module: another version stops the node with one line instead of
 misbehaving subtly.
 
-What is installed (docs/pysyncobj.md D18-D23 are these, in this order):
+What is installed (docs/pysyncobj.md D18-D24 are these, in this order):
 1. `socket.inet_ntop` put back: pysyncobj 0.3.17 replaces it with a
    Windows-only function on every platform when its tcp_connection module is
    imported (pysyncobj/win_inet_pton.py); pyroute2 and anything else in the
@@ -27,6 +27,11 @@ What is installed (docs/pysyncobj.md D18-D23 are these, in this order):
 6. `createPoller`: every node polls its sockets through on_loop.EpollPoller,
    whose one descriptor the server's event loop watches, so that the node
    ticks on the loop (on_loop.py) rather than in a thread of its own.
+7. The serializer's `atomicReplace` fsyncs the file before the rename and the
+   directory after it: a snapshot received from the leader was renamed over
+   this node's own while its bytes were still only in the page cache, so a
+   power loss could leave an empty snapshot in its place (and the node could
+   not start again).
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
 raft_node.py; nothing outside haqueue/replication imports pysyncobj.
 """
@@ -102,6 +107,24 @@ def _node_hash(node) -> int:
     return hash(node._id)
 
 
+def _durable_replace(source: str, target: str) -> bool:
+    """pysyncobj's atomicReplace (os.rename on Linux), made durable (D24)."""
+    import os
+
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(source, target)
+    directory = os.open(os.path.dirname(os.path.abspath(target)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return True
+
+
 _installed = False
 
 
@@ -139,4 +162,7 @@ def install() -> None:
 
     pysyncobj.node.Node.__hash__ = _node_hash
     wire.install(_syncobj_module, pysyncobj.tcp_connection)
+    import pysyncobj.serializer
+
+    pysyncobj.serializer.atomicReplace = _durable_replace
     _installed = True

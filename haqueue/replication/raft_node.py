@@ -2,7 +2,7 @@
 
 This is the only module that subclasses pysyncobj's SyncObj and TCPTransport.
 What it changes, and why, is the numbered list in docs/pysyncobj.md (D1-D17;
-D18-D23 are pysyncobj_patches.py's); comments here cite those numbers.
+D18-D24 are pysyncobj_patches.py's); comments here cite those numbers.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ class RaftSnapshots:
     def __init__(self, node, dump_path: str, clock: Callable[[], float]) -> None:
         self.node = node
         self.dump_path = dump_path
-        self.writer = SnapshotWriter(dump_path, node.observations, sync=not node.policy.never, clock=clock)
+        # Synced under -F too (in the child, off the loop): the snapshot holds the id counters.
+        self.writer = SnapshotWriter(dump_path, node.observations, sync=True, clock=clock)
         # Bytes of the entries applied since the last snapshot: what the log
         # holds in memory beyond it, near enough (apply_entry adds to it).
         self.log_bytes = 0

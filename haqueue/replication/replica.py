@@ -170,6 +170,12 @@ class Replica:
         """When the node last finished a tick (server/turns.py yields to its ticker)."""
         return self._raft.ticked_at
 
+    def tick_now(self) -> None:
+        """Tick Raft now, if it ticks on the loop (server/turns.py: an overdue tick goes first)."""
+        ticker = self._raft._ticker
+        if ticker is not None:
+            ticker.tick_now()
+
     def leads_in(self, term: int) -> bool:
         """Still the leader, and of this term (no re-election in between)?"""
         raft = self._raft

@@ -150,6 +150,9 @@ class AdminServer:
     async def _id(self, path: str) -> tuple[int, str, bytes]:
         from haqueue.protocol import idjson
 
+        if self.server.options.data_dir is None:
+            # In memory a restart starts the counters again (docs/id-service.md, "Durability").
+            return 503, "application/json", idjson.error(None, "no_journal", "ids need -b DIR") + b"\n"
         route, _, query = path.partition("?")
         try:
             parts = [unquote(p, errors="strict") for p in route.split("/")[2:]]

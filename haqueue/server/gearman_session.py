@@ -120,6 +120,7 @@ class GearmanSession(Connection):
         return self.decoder.buffered
 
     def data_received(self, data: bytes) -> None:
+        self.host.turns.raft_first()  # an overdue heartbeat before this connection's turn
         self.decoder.receive_data(data)
         self._input_arrived()
 

@@ -41,6 +41,8 @@ class Turns(Protocol):
 
     def next_turn(self, callback: Callable[[], None]) -> None: ...
 
+    def raft_first(self) -> None: ...  # an overdue Raft tick runs before a connection's callback
+
 
 class Admits(Protocol):
     """The memory high-water mark (limits.MemoryGauge)."""

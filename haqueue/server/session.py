@@ -127,6 +127,7 @@ class Session(Connection):
         return self.parser.buffered
 
     def data_received(self, data: bytes) -> None:
+        self.server.turns.raft_first()  # an overdue heartbeat before this connection's turn
         self.parser.receive_data(data)
         self._input_arrived()
 

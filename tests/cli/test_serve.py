@@ -115,15 +115,24 @@ def test_id_port_with_a_unix_socket_is_one_line(tmp_path):
         "haqueue: --id-port needs -l HOST (the id service's UDP address), not a Unix socket")
 
 
-def test_an_id_port_in_use_is_one_line():
+def test_an_id_port_in_use_is_one_line(tmp_path):
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
-        result = run("-l", "127.0.0.1", "-p", "0", "--id-port", str(port))
+        result = run("-l", "127.0.0.1", "-p", "0", "--id-port", str(port), "-b", str(tmp_path / "data"))
     assert result.returncode == 1
     assert result.stderr.strip() == f"haqueue: cannot serve ids on 127.0.0.1:{port}: Address already in use"
+
+
+def test_an_id_port_without_a_data_directory_is_refused_with_one_line():
+    # In memory a restart starts every counter again: the ids handed out before
+    # it would be handed out again.
+    result = run("-l", "127.0.0.1", "-p", "0", "--id-port", "1200")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("haqueue: --id-port 1200 needs -b DIR: without a journal on disk "
+                                     "a restart would hand out the same ids again")
 
 
 def test_gearman_port_with_a_unix_socket_is_one_line(tmp_path):

@@ -75,7 +75,7 @@ def test_failover_runs_from_the_first_refused_request_to_the_next_id():
 
 def test_the_id_workload_against_a_real_node_records_a_history_the_checker_passes(tmp_path):
     port = free_udp_port()
-    server = start_haqueue("--id-port", str(port))
+    server = start_haqueue("--id-port", str(port), data_dir=str(tmp_path / "data"))
     history = tmp_path / "ids.jsonl"
     workload = subprocess.Popen([sys.executable, "-m", "haqueue.lab.idworkload", "--host", "127.0.0.1",
                                  "--port", str(port), "--history", str(history), "--clients", "3",

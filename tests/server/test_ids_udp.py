@@ -184,7 +184,8 @@ def test_hostile_datagrams_get_an_error_or_silence_and_never_a_log_entry(node):
 
 def test_a_source_over_the_rate_limit_is_dropped_and_served_again_after(tmp_path):
     id_port = free_udp_port()
-    server = start_haqueue("--id-port", str(id_port), "--id-rate-limit", "200")  # burst 100
+    server = start_haqueue("--id-port", str(id_port), "--id-rate-limit", "200",  # burst 100
+                           data_dir=str(tmp_path / "data"))
     client = IdClient(id_port)
     try:
         client.call(get("counter", "flood"))  # the node serves (a token or a few taken)
@@ -347,7 +348,7 @@ def test_sighup_rereads_the_rules_and_the_leader_commits_them(tmp_path):
     client = IdClient(id_port)
     with open(log_path, "wb") as log:
         node = subprocess.Popen([sys.executable, "-m", "haqueue", "serve", "--config", str(config),
-                                 "--node", "n1"], stdout=log, stderr=log)
+                                 "--node", "n1", "-b", str(tmp_path / "data")], stdout=log, stderr=log)
 
     def wait_for(condition, what: str):
         deadline = time.monotonic() + DEADLINE
@@ -377,3 +378,15 @@ def test_sighup_rereads_the_rules_and_the_leader_commits_them(tmp_path):
         node.wait(timeout=10)
     errors = [line for line in log_path.read_text().splitlines() if "id rules not reloaded" in line]
     assert len(errors) == 1 and "needs a fixed width of at least 4" in errors[0]
+
+
+def test_without_a_data_directory_the_admin_port_hands_out_no_ids():
+    # In memory a restart starts every counter again; `serve` refuses --id-port
+    # without -b (tests/cli/test_serve.py), and /id answers why instead of an id.
+    admin_port = free_port()
+    server = start_haqueue("--admin", f"{HOST}:{admin_port}")
+    try:
+        assert http_id(admin_port, "/id/counter/orders") == (
+            503, {"code": -1, "message": "ids need -b DIR", "error": "no_journal"})
+    finally:
+        server.stop()

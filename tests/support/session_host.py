@@ -96,6 +96,9 @@ class Turns:
         self.yielded += 1
         self.loop.call_soon(callback)
 
+    def raft_first(self) -> None:
+        pass  # no Raft here
+
 
 class Memory:
     def __init__(self) -> None:
