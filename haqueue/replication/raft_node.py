@@ -390,7 +390,7 @@ class ReplicatedQueue(SyncObj):
                 self._poller.poll(0)
             self.tick(0)
         except JournalError as exc:
-            # Point 11: a node that cannot write its journal must not say
+            # D11: a node that cannot write its journal must not say
             # another word to its peers (no heartbeat, no acknowledgement):
             # stop ticking at once, so a healthy node takes over.
             self._fatal(fatal_message(exc))

@@ -145,16 +145,16 @@ def test_a_snapshot_is_written_synced_under_F_since_it_holds_the_counters(tmp_pa
     asked: list = []
     real = snapshot.write_in_child
 
-    def write_in_child(path, state, raft_data, sync):
+    def write_in_child(path, state, raft_data, sync, **kwargs):
         asked.append(sync)
-        return real(path, state, raft_data, sync)
+        return real(path, state, raft_data, sync, **kwargs)
 
     monkeypatch.setattr(snapshot, "write_in_child", write_in_child)
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, compaction_entries=2)
+    # A journal of one byte is due to be folded as soon as it holds two entries.
+    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, journal_limit=1)
 
     async def main() -> None:
-        replica = LoneReplica(config, on_role_change=lambda role, term: None, on_fatal=lambda message: None,
-                              compaction_seconds=0)
+        replica = LoneReplica(config, on_role_change=lambda role, term: None, on_fatal=lambda message: None)
         replica.start()
         for _ in range(3):
             replica.submit(reserve(), lambda applied: None)

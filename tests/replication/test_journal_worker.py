@@ -107,7 +107,7 @@ def test_a_leader_whose_sync_thread_cannot_start_stops_with_one_line(tmp_path, m
                 cluster.clock.advance(cluster.step)
                 for node in cluster.nodes:
                     if node.fatal_error is None:
-                        node.tick_once(0)
+                        node.tick_once()
                 if fatal:
                     return rounds
             return 0

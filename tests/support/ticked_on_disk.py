@@ -28,7 +28,7 @@ def cluster_on_disk(tmp_path, addresses: list[str], policy, prepare=lambda node:
             for n, address in enumerate(addresses):
                 nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address],
                                              data_dir=str(tmp_path / f"n{n}"), policy=policy, secret="s",
-                                             timing=timing, compaction_entries=1_000_000))
+                                             timing=timing))
             for node in nodes:
                 prepare(node)
                 node.transport.tryGetReady()
