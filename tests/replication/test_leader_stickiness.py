@@ -1,0 +1,105 @@
+"""Leader stickiness for real votes (Raft thesis 4.2.3; docs/pysyncobj.md D9, D24): no lease overlaps a newer leader.
+
+A leader answers reads and hands out reservations while its read lease holds
+(docs/pysyncobj.md D12): a majority acknowledged appends it sent within
+`hear_window`, and each of those followers refuses to help elect anyone
+else for `election_min` after hearing it. Pre-votes always obeyed that rule;
+a real `request_vote` did not (pysyncobj grants it, and adopts its term, with
+no such check), so a candidate whose pre-vote was granted in a moment of
+silence could win the vote later, after the silence ended and the leader's
+lease was renewed. Issue 23, A1.
+
+The nodes are real (pysyncobj, loopback sockets), ticked by hand in virtual
+time (tests/support/ticked.py); `Links` cuts, heals and holds messages where
+each node receives them.
+"""
+
+from __future__ import annotations
+
+from tests.support.ticked import ticked_cluster
+
+
+class Links:
+    """The network between ticked nodes, seen at each receiver: pairs cut (both ways) or held."""
+
+    def __init__(self, nodes) -> None:
+        self.cut: set[tuple[str, str]] = set()  # (sender, receiver) addresses
+        self.hold = None  # (sender, receiver, message) -> True to hold it back instead of delivering
+        self.held: list = []  # (deliver, sender, message)
+        self._restore = []
+        for node in nodes:
+            transport = node.transport
+            deliver = transport._onMessageReceivedCallback
+            receiver = node.selfNode.address
+
+            def filtered(sender, message, deliver=deliver, receiver=receiver):
+                if (sender.address, receiver) in self.cut:
+                    return
+                if self.hold is not None and self.hold(sender.address, receiver, message):
+                    self.held.append((deliver, sender, message))
+                    return
+                deliver(sender, message)
+
+            transport._onMessageReceivedCallback = filtered
+            self._restore.append((transport, deliver))
+
+    def sever(self, a, b) -> None:
+        a, b = a.selfNode.address, b.selfNode.address
+        self.cut |= {(a, b), (b, a)}
+
+    def mend(self, a, b) -> None:
+        a, b = a.selfNode.address, b.selfNode.address
+        self.cut -= {(a, b), (b, a)}
+
+    def release(self) -> None:
+        """Deliver what was held, in order (as the receiver's tick would read it)."""
+        held, self.held = self.held, []
+        for deliver, sender, message in held:
+            deliver(sender, message)
+
+
+def no_lease_overlaps_another_leader(cluster) -> bool:
+    """While a node's read lease holds, no other node leads."""
+    for holder in cluster.nodes:
+        if holder.read_lease_valid():
+            if any(n._isLeader() for n in cluster.nodes if n is not holder):
+                return False
+    return True
+
+
+def test_a_vote_asked_after_the_leader_was_heard_again_is_ignored_and_no_lease_overlaps_a_newer_leader():
+    with ticked_cluster() as cluster:
+        a = cluster.leader()
+        b, c = cluster.followers()
+        timing, term = cluster.timing, a.raftCurrentTerm
+        cluster.run_until(a.read_lease_valid, seconds=1, what="A's lease")
+        links = Links(cluster.nodes)
+        # C never campaigns on its own timer here; B must not either: the test
+        # wants C's pre-vote granted by B, not a race between them.
+        b._SyncObj__raftElectionDeadline = float("inf")
+        links.sever(a, c)
+        links.hold = lambda sender, receiver, m: (m.get("type") == "request_vote"
+                                                  and receiver == b.selfNode.address)
+        cluster.run(seconds=timing.election_max)  # C asks for pre-votes; B, hearing A, refuses
+        assert c.raftCurrentTerm == term
+        links.sever(a, b)  # A-B drops: B stops hearing A...
+        cluster.run_until(lambda: links.held, seconds=timing.election_min + 2 * timing.election_max,
+                          what="C's request_vote after B granted its pre-vote")
+        assert c.raftCurrentTerm == term + 1
+        links.mend(a, b)  # ...and comes back before A's leader fallback
+        assert a._isLeader()
+        # B hears A's append and acknowledges it: A's lease is renewed.
+        cluster.run_until(a.read_lease_valid, seconds=4 * timing.heartbeat, what="A's lease renewed by B")
+        links.hold = None
+        links.release()  # C's request_vote reaches B at last
+        cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=2 * timing.election_max,
+                          what="no lease overlapping a newer leader")
+        assert a._isLeader() and b.raftCurrentTerm == term, "B adopted C's term or A was deposed"
+        # The cut heals: C, whose term outran A's, tells A, which steps down,
+        # and one election brings everyone to one leader and one term.
+        b._SyncObj__raftElectionDeadline = 0.0
+        links.mend(a, c)
+        cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=3 * timing.election_max,
+                          what="no lease overlapping a newer leader")
+        cluster.run_until(cluster.settled, seconds=5, what="one leader of one term again")
+        assert cluster.leader().raftCurrentTerm > term + 1
