@@ -39,11 +39,11 @@ def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader
         term = leader.raftCurrentTerm
 
         saved = _cut(cluster.nodes, victim)
-        prevotes_before = victim._prevote_round
+        prevotes_before = victim.campaign.round
         cluster.run_while(lambda: victim.raftCurrentTerm == term, seconds=timing.election_max * 4,
                           what="the cut-off follower's term (it must not campaign)")
         # Hearing no majority, it did not even ask for a pre-vote.
-        assert victim._prevote_round == prevotes_before
+        assert victim.campaign.round == prevotes_before
         heal(saved)
 
         cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
@@ -75,11 +75,11 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
         term = leader.raftCurrentTerm
 
         saved = _cut_between(leader, victim)
-        prevotes_before = victim._prevote_round
+        prevotes_before = victim.campaign.round
         cluster.run_while(lambda: leader._isLeader() and bystander._getLeader() == leader.selfNode,
                           seconds=timing.election_max * 5, what="the leadership")
         assert {n.raftCurrentTerm for n in cluster.nodes} == {term}, "someone campaigned"
-        assert victim._prevote_round > prevotes_before, "the victim never asked: the test cut nothing"
+        assert victim.campaign.round > prevotes_before, "the victim never asked: the test cut nothing"
         heal(saved)
 
         cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
