@@ -26,22 +26,24 @@ class Links:
         self.cut: set[tuple[str, str]] = set()  # (sender, receiver) addresses
         self.hold = None  # (sender, receiver, message) -> True to hold it back instead of delivering
         self.held: list = []  # (deliver, sender, message)
-        self._restore = []
         for node in nodes:
-            transport = node.transport
-            deliver = transport._onMessageReceivedCallback
-            receiver = node.selfNode.address
+            self.watch(node)
 
-            def filtered(sender, message, deliver=deliver, receiver=receiver):
-                if (sender.address, receiver) in self.cut:
-                    return
-                if self.hold is not None and self.hold(sender.address, receiver, message):
-                    self.held.append((deliver, sender, message))
-                    return
-                deliver(sender, message)
+    def watch(self, node) -> None:
+        """Put `node`'s receiving end under these links (a node that restarted needs it anew)."""
+        transport = node.transport
+        deliver = transport._onMessageReceivedCallback
+        receiver = node.selfNode.address
 
-            transport._onMessageReceivedCallback = filtered
-            self._restore.append((transport, deliver))
+        def filtered(sender, message):
+            if (sender.address, receiver) in self.cut:
+                return
+            if self.hold is not None and self.hold(sender.address, receiver, message):
+                self.held.append((deliver, sender, message))
+                return
+            deliver(sender, message)
+
+        transport._onMessageReceivedCallback = filtered
 
     def sever(self, a, b) -> None:
         a, b = a.selfNode.address, b.selfNode.address
@@ -67,39 +69,62 @@ def no_lease_overlaps_another_leader(cluster) -> bool:
     return True
 
 
+def _c_wins_b_over_in_silence(cluster, links, a, b, c) -> None:
+    """A leads; A-C cut; A-B silent until B grants C's pre-vote; C's request_vote
+    to B held back; A-B heard again, and B acknowledges A's append (A's lease renewed)."""
+    timing, term = cluster.timing, a.raftCurrentTerm
+    cluster.run_until(a.read_lease_valid, seconds=1, what="A's lease")
+    # B must not campaign on its own timer: the test wants C's pre-vote
+    # granted by B, not a race between them (pysyncobj asks this before campaigning).
+    b._SyncObj__connectedToAnyone = lambda: False
+    links.sever(a, c)
+    links.hold = lambda sender, receiver, m: (m.get("type") == "request_vote" and receiver == b.selfNode.address)
+    cluster.run(seconds=timing.election_max)  # C asks for pre-votes; B, hearing A, refuses
+    assert c.raftCurrentTerm == term
+    links.sever(a, b)  # A-B drops: B stops hearing A...
+    cluster.run_until(lambda: links.held, seconds=timing.election_min + 2 * timing.election_max,
+                      what="C's request_vote after B granted its pre-vote")
+    assert c.raftCurrentTerm == term + 1
+    links.mend(a, b)  # ...and comes back before A's leader fallback
+    assert a._isLeader()
+    cluster.run_until(a.read_lease_valid, seconds=4 * timing.heartbeat, what="A's lease renewed by B")
+    links.hold = None
+
+
 def test_a_vote_asked_after_the_leader_was_heard_again_is_ignored_and_no_lease_overlaps_a_newer_leader():
     with ticked_cluster() as cluster:
         a = cluster.leader()
         b, c = cluster.followers()
-        timing, term = cluster.timing, a.raftCurrentTerm
-        cluster.run_until(a.read_lease_valid, seconds=1, what="A's lease")
+        term, timing = a.raftCurrentTerm, cluster.timing
         links = Links(cluster.nodes)
-        # C never campaigns on its own timer here; B must not either: the test
-        # wants C's pre-vote granted by B, not a race between them.
-        b._SyncObj__raftElectionDeadline = float("inf")
-        links.sever(a, c)
-        links.hold = lambda sender, receiver, m: (m.get("type") == "request_vote"
-                                                  and receiver == b.selfNode.address)
-        cluster.run(seconds=timing.election_max)  # C asks for pre-votes; B, hearing A, refuses
-        assert c.raftCurrentTerm == term
-        links.sever(a, b)  # A-B drops: B stops hearing A...
-        cluster.run_until(lambda: links.held, seconds=timing.election_min + 2 * timing.election_max,
-                          what="C's request_vote after B granted its pre-vote")
-        assert c.raftCurrentTerm == term + 1
-        links.mend(a, b)  # ...and comes back before A's leader fallback
-        assert a._isLeader()
-        # B hears A's append and acknowledges it: A's lease is renewed.
-        cluster.run_until(a.read_lease_valid, seconds=4 * timing.heartbeat, what="A's lease renewed by B")
-        links.hold = None
+        _c_wins_b_over_in_silence(cluster, links, a, b, c)
         links.release()  # C's request_vote reaches B at last
         cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=2 * timing.election_max,
                           what="no lease overlapping a newer leader")
         assert a._isLeader() and b.raftCurrentTerm == term, "B adopted C's term or A was deposed"
         # The cut heals: C, whose term outran A's, tells A, which steps down,
         # and one election brings everyone to one leader and one term.
-        b._SyncObj__raftElectionDeadline = 0.0
+        del b._SyncObj__connectedToAnyone
         links.mend(a, c)
         cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=3 * timing.election_max,
                           what="no lease overlapping a newer leader")
         cluster.run_until(cluster.settled, seconds=5, what="one leader of one term again")
         assert cluster.leader().raftCurrentTerm > term + 1
+
+
+def test_a_restarted_node_ignores_votes_as_if_it_had_just_heard_the_leader():
+    # B acknowledged A's append, then restarted: it remembers nothing of A, but
+    # A's lease counts on B's promise. C's vote request reaching the new B
+    # straight away must be ignored, as the old B would have ignored it.
+    with ticked_cluster() as cluster:
+        a = cluster.leader()
+        b, c = cluster.followers()
+        links = Links(cluster.nodes)
+        _c_wins_b_over_in_silence(cluster, links, a, b, c)
+        (_, sender, request), = links.held
+        b = cluster.restart(b)
+        assert a.read_lease_valid()
+        # C's request_vote, read by the new B (through its own view of C).
+        c_seen_by_b = next(n for n in b._SyncObj__otherNodes if n.address == sender.address)
+        b.transport._onMessageReceivedCallback(c_seen_by_b, request)
+        assert (b.raftCurrentTerm, b._SyncObj__votedForNodeId) == (0, None), "the new B took C's term or voted"
