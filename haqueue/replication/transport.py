@@ -160,12 +160,19 @@ class SyncingTransport(TCPTransport):
     def _on_request_vote(self, node, message, deliver, now) -> None:
         sync_obj = self._syncObj
         decision = prevote.vote(self.voter(now), self._ask(message), sync_obj.election_min)
-        self.elections.answered("vote", node.address, message["term"], decision, now)
         if decision.outcome == prevote.IGNORED:
+            self.elections.answered("vote", node.address, message["term"], decision, now)
             return  # neither granted nor its term adopted (D24)
         if sync_obj._isLeader() and message["term"] > sync_obj.raftCurrentTerm:
             sync_obj.stepdown_reason = f"vote request of term {message['term']} from {node.address}"
-        deliver(node, message)
+        before = (sync_obj.raftCurrentTerm, sync_obj._SyncObj__votedForNodeId)
+        deliver(node, message)  # pysyncobj decides; the event says what it did
+        granted = (sync_obj._SyncObj__votedForNodeId == node.id
+                   and before != (sync_obj.raftCurrentTerm, node.id))
+        if granted != decision.granted:
+            decision = prevote.Decision(prevote.GRANTED if granted else prevote.REFUSED,
+                                        "" if granted else "pysyncobj refused it")
+        self.elections.answered("vote", node.address, message["term"], decision, now)
 
     def _on_prevote(self, node, message, deliver, now) -> None:
         decision = prevote.prevote(self.voter(now), self._ask(message), self._syncObj.election_min)

@@ -16,6 +16,9 @@ each node receives them.
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests.support.ticked import ticked_cluster
 
 
@@ -61,10 +64,13 @@ class Links:
 
 
 def no_lease_overlaps_another_leader(cluster) -> bool:
-    """While a node's read lease holds, no other node leads."""
+    """While a node's read lease holds, no leader of a newer term exists (nor a
+    second lease: its holder would be such a leader). A deposed leader that
+    has not heard of it yet may still think it leads; it cannot hold a lease."""
     for holder in cluster.nodes:
         if holder.read_lease_valid():
-            if any(n._isLeader() for n in cluster.nodes if n is not holder):
+            if any(n._isLeader() and n.raftCurrentTerm >= holder.raftCurrentTerm
+                   for n in cluster.nodes if n is not holder):
                 return False
     return True
 
@@ -128,3 +134,49 @@ def test_a_restarted_node_ignores_votes_as_if_it_had_just_heard_the_leader():
         c_seen_by_b = next(n for n in b._SyncObj__otherNodes if n.address == sender.address)
         b.transport._onMessageReceivedCallback(c_seen_by_b, request)
         assert (b.raftCurrentTerm, b._SyncObj__votedForNodeId) == (0, None), "the new B took C's term or voted"
+
+
+# ---------------------------------------------------------------- a property over random networks
+PAIRS = [(i, j) for i in range(3) for j in range(3) if i != j]  # directed links between three nodes
+
+phases = st.lists(
+    st.fixed_dictionaries({
+        "cut": st.sets(st.sampled_from(PAIRS)),  # dropped
+        "late": st.sets(st.sampled_from(PAIRS)),  # held back...
+        "late_kind": st.sampled_from([None, "request_vote"]),  # ...every message, or only vote requests
+        "release": st.booleans(),  # ...and delivered, in order, at the end of this phase or a later one
+        "paused": st.sets(st.integers(0, 2), max_size=1),  # a node whose tick thread is stuck
+        "steps": st.integers(4, 120),  # rounds of STEP (0.005 s): 0.02 to 0.6 s
+    }),
+    min_size=1, max_size=6)
+
+
+def _holds(late: set, kind):
+    def hold(sender, receiver, message):
+        return (sender, receiver) in late and (kind is None or message.get("type") == kind)
+    return hold
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(phases)
+def test_no_lease_overlaps_a_newer_leader_whatever_the_network_does(schedule):
+    with ticked_cluster() as cluster:
+        nodes = cluster.nodes
+        address = [n.selfNode.address for n in nodes]
+        links = Links(nodes)
+        for phase in schedule:
+            links.cut = {(address[i], address[j]) for i, j in phase["cut"]}
+            links.hold = _holds({(address[i], address[j]) for i, j in phase["late"]}, phase["late_kind"])
+            cluster.paused = {nodes[i] for i in phase["paused"]}
+            for _ in range(phase["steps"]):
+                cluster.round()
+                assert no_lease_overlaps_another_leader(cluster), cluster.describe()
+            links.hold = None
+            if phase["release"]:
+                links.release()
+                assert no_lease_overlaps_another_leader(cluster), cluster.describe()
+        links.release()
+        links.cut, cluster.paused = set(), set()
+        cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=1.0)
+        # And the cluster comes back together: one leader of one term.
+        cluster.run_until(cluster.settled, seconds=10, what="one leader of one term after the network healed")
