@@ -272,7 +272,8 @@ class ReplicatedQueue(SyncObj):
             self._next_keepalive = monotonic() + self._keepalive_period
             self.transport.keep_alive(self._keepalive_period)
         self._watch_majority()
-        self._watch_lease()
+        if self._partners and self.transport is not None and self._isLeader():
+            self.transport.watch_lease(self._hear_window)
         journal = self.journal
         if journal is not None:
             if not self.policy.durable:
@@ -326,13 +327,6 @@ class ReplicatedQueue(SyncObj):
             return False
         return transport.lease.majority_acknowledged_at(self.peers_for_majority()) > links.lease_clock() - seconds
 
-    def _watch_lease(self) -> None:
-        """On a leader, every tick: say when the read lease lapses (election_events throttles it)."""
-        if self._partners and self.transport is not None and self._isLeader():
-            if self.transport.lease.lost(links.lease_clock(), self.peers_for_majority(), self._hear_window):
-                self.transport.elections.lease_lost(self.raftCurrentTerm, "no majority acknowledged an append "
-                                                    f"sent within {self._hear_window} s", monotonic())
-
     def peers_for_majority(self) -> int:
         """Peers that make a majority with this node."""
         return (len(self._partners) + 1) // 2
@@ -351,14 +345,9 @@ class ReplicatedQueue(SyncObj):
         step = self.campaign.step(self.raftCurrentTerm, monotonic(), self._is_majority)
         if step == CAMPAIGN:
             self.transport.elections.election_started(self.raftCurrentTerm + 1)
-            return True
-        if step == ASK:
-            message = {"type": links.PREVOTE, "term": self.campaign.term, "round": self.campaign.round,
-                       "last_log_index": self._SyncObj__getCurrentLogIndex(),
-                       "last_log_term": self._SyncObj__getCurrentLogTerm()}
-            for node in self._SyncObj__otherNodes:
-                self.transport.send(node, message)
-        return False
+        elif step == ASK:
+            self.transport.ask_for_prevotes(self.campaign.term, self.campaign.round)
+        return step == CAMPAIGN
 
     def step_down(self, term: int, reason: str) -> None:
         """A leader learns of a higher term outside pysyncobj (transport.py's stale-term
@@ -399,17 +388,8 @@ class ReplicatedQueue(SyncObj):
 
     # ---------------------------------------------------------- leadership
     def _state_changed(self, old: int, new: int) -> None:
-        transport = self.transport
-        if transport is not None:
-            if old == LEADER:
-                reason, self.stepdown_reason = self.stepdown_reason, None
-                transport.elections.stepped_down(self.raftCurrentTerm, reason or (
-                    f"no answer from a majority within {self.leader_fallback} s"))
-                if transport.lease.dropped():
-                    transport.elections.lease_lost(self.raftCurrentTerm, "stepped down", monotonic())
-            if new == LEADER:
-                self.stepdown_reason = None
-            transport.lease.reset()
+        if self.transport is not None:
+            self.transport.role_changed(old == LEADER, new == LEADER)
         self.observations.role_changed(old, new, self.raftCurrentTerm)
         if self.on_role_change is not None:
             self.on_role_change(ROLE_NAMES.get(new, str(new)))

@@ -190,6 +190,37 @@ class SyncingTransport(TCPTransport):
         if isinstance(term, int) and term > sync_obj.raftCurrentTerm and sync_obj._isLeader():
             sync_obj.step_down(term, f"{node.address} has term {term}, above ours")
 
+    # ------------------------------------------------------------ elections and the lease
+    def ask_for_prevotes(self, term: int, round_: int) -> None:
+        """Would the peers vote for this node at `term`? (D9; their answers go to the campaign)"""
+        sync_obj = self._syncObj
+        message = {"type": PREVOTE, "term": term, "round": round_,
+                   "last_log_index": sync_obj._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": sync_obj._SyncObj__getCurrentLogTerm()}
+        for node in sync_obj._SyncObj__otherNodes:
+            self.send(node, message)
+
+    def watch_lease(self, window: float) -> None:
+        """On a leader, every tick: say when the read lease lapses (election_events throttles it)."""
+        sync_obj = self._syncObj
+        if self.lease.lost(lease_clock(), sync_obj.peers_for_majority(), window):
+            self.elections.lease_lost(sync_obj.raftCurrentTerm,
+                                      f"no majority acknowledged an append sent within {window} s", monotonic())
+
+    def role_changed(self, was_leader: bool, leads: bool) -> None:
+        """A new role (pysyncobj's onStateChanged): say why a leader stepped down, and
+        forget the lease: nothing acknowledged before counts (D12)."""
+        sync_obj = self._syncObj
+        if was_leader:
+            reason, sync_obj.stepdown_reason = sync_obj.stepdown_reason, None
+            self.elections.stepped_down(sync_obj.raftCurrentTerm, reason or (
+                f"no answer from a majority within {sync_obj.leader_fallback} s"))
+            if self.lease.dropped():
+                self.elections.lease_lost(sync_obj.raftCurrentTerm, "stepped down", monotonic())
+        if leads:
+            sync_obj.stepdown_reason = None
+        self.lease.reset()
+
     # ------------------------------------------------------------ links
     def peers_heard_within(self, seconds: float) -> int:
         since = monotonic() - seconds
