@@ -28,7 +28,7 @@ What is installed (docs/pysyncobj.md D18-D23 are these, in this order):
    whose one descriptor the server's event loop watches, so that the node
    ticks on the loop (on_loop.py) rather than in a thread of its own.
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
-raft_node.py; nothing outside haqueue/replication imports pysyncobj.
+raft_node.py and transport.py; nothing outside haqueue/replication imports pysyncobj.
 """
 
 from __future__ import annotations
