@@ -7,7 +7,7 @@ So the version is pinned, and checked here, when pysyncobj is first imported
 through this module: another version stops the node with one line instead of
 misbehaving subtly.
 
-What is installed (docs/pysyncobj.md D18-D24 are these, in this order):
+What is installed (docs/pysyncobj.md D18-D23 and D25 are these, in this order):
 1. `socket.inet_ntop` put back: pysyncobj 0.3.17 replaces it with a
    Windows-only function on every platform when its tcp_connection module is
    imported (pysyncobj/win_inet_pton.py); pyroute2 and anything else in the
@@ -33,7 +33,7 @@ What is installed (docs/pysyncobj.md D18-D24 are these, in this order):
    power loss could leave an empty snapshot in its place (and the node could
    not start again).
 The behaviour changed by subclassing (SyncObj, TCPTransport) lives in
-raft_node.py; nothing outside haqueue/replication imports pysyncobj.
+raft_node.py and transport.py; nothing outside haqueue/replication imports pysyncobj.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _node_hash(node) -> int:
 
 
 def _durable_replace(source: str, target: str) -> bool:
-    """pysyncobj's atomicReplace (os.rename on Linux), made durable (D24)."""
+    """pysyncobj's atomicReplace (os.rename on Linux), made durable (D25)."""
     import os
 
     fd = os.open(source, os.O_RDONLY)

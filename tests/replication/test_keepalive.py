@@ -13,7 +13,7 @@ from collections import Counter
 
 from haqueue.core import commands as C
 from haqueue.core.commands import encode_batch
-from haqueue.replication.raft_node import KEEPALIVE
+from haqueue.replication.transport import KEEPALIVE
 from tests.support.ticked import filter_at, ticked_cluster
 
 

@@ -39,11 +39,11 @@ def test_healed_follower_rejoins_without_raising_its_term_or_deposing_the_leader
         term = leader.raftCurrentTerm
 
         saved = _cut(cluster.nodes, victim)
-        prevotes_before = victim._prevote_round
+        prevotes_before = victim.campaign.round
         cluster.run_while(lambda: victim.raftCurrentTerm == term, seconds=timing.election_max * 4,
                           what="the cut-off follower's term (it must not campaign)")
         # Hearing no majority, it did not even ask for a pre-vote.
-        assert victim._prevote_round == prevotes_before
+        assert victim.campaign.round == prevotes_before
         heal(saved)
 
         cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
@@ -75,11 +75,11 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
         term = leader.raftCurrentTerm
 
         saved = _cut_between(leader, victim)
-        prevotes_before = victim._prevote_round
+        prevotes_before = victim.campaign.round
         cluster.run_while(lambda: leader._isLeader() and bystander._getLeader() == leader.selfNode,
                           seconds=timing.election_max * 5, what="the leadership")
         assert {n.raftCurrentTerm for n in cluster.nodes} == {term}, "someone campaigned"
-        assert victim._prevote_round > prevotes_before, "the victim never asked: the test cut nothing"
+        assert victim.campaign.round > prevotes_before, "the victim never asked: the test cut nothing"
         heal(saved)
 
         cluster.run_until(lambda: victim._getLeader() == leader.selfNode, seconds=3,
@@ -90,14 +90,18 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it():
 def test_a_node_whose_term_outran_the_leader_rejoins_through_one_election():
     # Its term rose while it was cut off (say it won a pre-vote, then lost the
     # link before its request_vote arrived). pysyncobj ignores append_entries
-    # of a lower term, and peers that hear their leader refuse it a pre-vote:
-    # only an election at its higher term can bring it back, so it holds one.
+    # of a lower term, and peers that hear their leader ignore its votes and
+    # refuse it pre-votes (docs/pysyncobj.md D24): it tells the leader of its
+    # term instead, the leader steps down, and one election brings it back.
     with ticked_cluster() as cluster:
+        leader = cluster.leader()
         victim = cluster.followers()[0]
         term = victim.raftCurrentTerm
         saved = _cut(cluster.nodes, victim)
         victim._SyncObj__setCurrentTerm(term + 1, None)  # no tick runs meanwhile: no lock needed
         heal(saved)
 
+        cluster.run_until(lambda: not leader._isLeader(), seconds=1, what="the leader stepping down")
+        assert leader.raftCurrentTerm == term + 1  # the victim's term, from its notice
         cluster.run_until(cluster.settled, seconds=5, what="one leader of one term again")
         assert victim.raftCurrentTerm > term + 1

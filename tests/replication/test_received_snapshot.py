@@ -1,4 +1,4 @@
-"""A snapshot received from the leader is on disk before it replaces this node's own (docs/pysyncobj.md D24).
+"""A snapshot received from the leader is on disk before it replaces this node's own (docs/pysyncobj.md D25).
 
 pysyncobj writes the chunks it receives to `<snapshot>.1.tmp` and renames that
 over the snapshot once the last chunk is in; the journal is cleared right after.

@@ -20,7 +20,7 @@ from tests.support.ticked import free_ports, ticked_cluster
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
 # Inside the replication package, the modules that touch pysyncobj, each for a reason
 # its docstring gives.
-REACHES_IN = {"pysyncobj_patches.py", "raft_node.py"}
+REACHES_IN = {"pysyncobj_patches.py", "raft_node.py", "transport.py"}
 
 
 def imports_of(path: Path) -> set[str]:

@@ -25,7 +25,8 @@ import socket
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from haqueue.replication import pysyncobj_patches, raft_node
+from haqueue.replication import pysyncobj_patches
+from haqueue.replication import transport as raft_transport
 from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
 
@@ -181,10 +182,10 @@ def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets:
     clock = VirtualClock()
     secrets = secrets or ["s"] * count
     addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
-    saved_lease_clock = raft_node.lease_clock
+    saved_lease_clock = raft_transport.lease_clock
     nodes: list[ReplicatedQueue] = []
     with pysyncobj_patches.use_clock(clock):
-        raft_node.lease_clock = clock  # the lease's clock too (module-level name, read at each call)
+        raft_transport.lease_clock = clock  # the lease's clock too (module-level name, read at each call)
         try:
             for n, (address, secret) in enumerate(zip(addresses, secrets)):
                 data_dir = os.path.join(data_root, f"node{n}") if data_root is not None else None
@@ -197,7 +198,7 @@ def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets:
                 cluster.run_until(cluster.settled, seconds=10 * timing.election_max, what="a leader everyone follows")
             yield cluster
         finally:
-            raft_node.lease_clock = saved_lease_clock
+            raft_transport.lease_clock = saved_lease_clock
             for node in nodes:
                 node.stop()
 

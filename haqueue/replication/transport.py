@@ -1,0 +1,299 @@
+"""SyncingTransport: pysyncobj's TCP transport, with haqueue's rules where messages arrive and leave.
+
+Every message a node receives goes through `received`, which notes when the
+peer was last heard and hands the message to the handler for its kind
+(`_handlers`: kind -> handler); kinds without one go straight to pysyncobj.
+Each handler says which deviation it implements (docs/pysyncobj.md):
+
+  append_entries    note a current leader heard (stickiness, D24), trim to what
+                    Raft would act on (D14), tell a leader of a lower term (D24)
+  next_node_idx     the read lease's acknowledgement (D12); the next index never
+                    moves back on a success (D15)
+  request_vote      leader stickiness for real votes (D24)
+  haqueue-prevote   both sides of a pre-vote (D9)
+  haqueue-stale-term  a follower's term outran ours: step down (D24)
+
+What leaves goes through `send`: the journal is synced before any
+acknowledgement (D3), appends are numbered for the lease (D12), forwarding
+is answered locally with NOT_LEADER (D7), nothing leaves a node that must stop
+(D11), and idle links get keepalives (D8).
+
+The decisions are the pure modules' (prevote.py, lease.py); this module reads
+pysyncobj's state into them and acts on the answers. It runs in whatever
+drives the node's ticks (the server's loop, or a test ticking by hand).
+"""
+
+from __future__ import annotations
+
+import time
+
+from haqueue.replication import pysyncobj_patches
+from haqueue.replication.pysyncobj_patches import monotonic
+
+pysyncobj_patches.install()  # before anything else imports pysyncobj (it checks the version)
+
+from pysyncobj.config import FAIL_REASON  # noqa: E402
+from pysyncobj.transport import TCPTransport  # noqa: E402
+
+from haqueue.replication import append_guard, prevote  # noqa: E402
+from haqueue.replication.election_events import ElectionEvents  # noqa: E402
+from haqueue.replication.lease import ReadLease  # noqa: E402
+
+# Any message type pysyncobj does not know is ignored on arrival (also by
+# older haqueue nodes); reading it keeps the link alive.
+KEEPALIVE = {"type": "haqueue-keepalive"}
+PREVOTE = "haqueue-prevote"  # would you vote for me at this term? (docs/pysyncobj.md D9)
+PREVOTE_REPLY = "haqueue-prevote-reply"
+# A follower whose term is above that of a leader it hears says so (D24): pysyncobj
+# ignores such a leader's appends silently, and sticky peers ignore its votes.
+STALE_TERM = "haqueue-stale-term"
+# The leader numbers its append_entries; a follower's acknowledgement
+# carries the number of the last one it processed from that leader (D12).
+APPEND_SEQ = "haq_seq"
+
+
+def lease_clock() -> float:
+    """The read lease's clock: CLOCK_BOOTTIME, which (unlike CLOCK_MONOTONIC)
+    keeps counting while the machine is suspended, so a lease cannot outlive a
+    suspend it did not see (docs/cluster.md, "The read lease")."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+class SyncingTransport(TCPTransport):
+    """Syncs the journal before anything leaves the node (Raft: persist, then respond),
+    and applies haqueue's election, lease and forwarding rules to what arrives."""
+
+    def __init__(self, syncObj, selfNode, otherNodes):
+        self._outgoing: set = set()  # before super(): it adds the nodes
+        super().__init__(syncObj, selfNode, otherNodes)
+        self.peers_up: set = set()
+        self.last_heard: dict = {}  # node -> when its last message came (pysyncobj_patches.monotonic)
+        self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
+        # append_entries of this node's term or later. A node starting now may
+        # have acknowledged a leader just before it stopped: treat that leader
+        # as just heard, so its lease holds against this node's votes too (D24).
+        self.leader_heard_at = monotonic()
+        self.lease = ReadLease()  # as leader (D12)
+        self.elections = ElectionEvents()
+        self._seq_from: dict = {}  # as follower: the seq of the last append processed per leader
+        self._ack_through: dict = {}  # node -> cap on the next acknowledgement (append_guard)
+        self._sent_at: dict = {}  # node -> when this node last sent it anything (keep_alive)
+        self._handlers = {
+            "append_entries": self._on_append_entries,
+            "next_node_idx": self._on_next_node_idx,
+            "request_vote": self._on_request_vote,
+            PREVOTE: self._on_prevote,
+            PREVOTE_REPLY: self._on_prevote_reply,
+            STALE_TERM: self._on_stale_term,
+        }
+        syncObj.transport = self
+
+    # ------------------------------------------------------------ arriving
+    def setOnMessageReceivedCallback(self, callback):
+        if callback is None:
+            return super().setOnMessageReceivedCallback(None)
+        last_heard = self.last_heard
+        handlers = self._handlers
+
+        def received(node, message):
+            now = last_heard[node] = monotonic()
+            handler = handlers.get(message.get("type"))
+            if handler is None:
+                callback(node, message)
+            else:
+                handler(node, message, callback, now)
+
+        return super().setOnMessageReceivedCallback(received)
+
+    def _on_append_entries(self, node, message, deliver, now) -> None:
+        sync_obj = self._syncObj
+        term = message.get("term", -1)
+        if term >= sync_obj.raftCurrentTerm:
+            self.leader_heard_at = now
+            self._seq_from[node] = message.get(APPEND_SEQ)  # pysyncobj answers it
+            if term > sync_obj.raftCurrentTerm and sync_obj._isLeader():
+                sync_obj.stepdown_reason = f"heard leader {node.address} of term {term}"
+        else:
+            # pysyncobj ignores a leader of a lower term without a word, and
+            # our sticky peers ignore our votes while they hear it: tell it (D24).
+            self.elections.stale_leader(node.address, term, sync_obj.raftCurrentTerm, now)
+            self.send(node, {"type": STALE_TERM, "term": sync_obj.raftCurrentTerm})
+        # pysyncobj would truncate entries that do not conflict
+        # (append_guard.py); hand it the message Raft would act on.
+        trimmed = append_guard.trim(message, sync_obj._SyncObj__raftLog)
+        self._ack_through[node] = trimmed.get(append_guard.ACK_THROUGH)
+        deliver(node, trimmed)
+
+    def _on_next_node_idx(self, node, message, deliver, now) -> None:
+        sync_obj = self._syncObj
+        self.lease.acknowledged(node, message.get(APPEND_SEQ), sync_obj.raftCurrentTerm, sync_obj._isLeader())
+        if not message.get("success") or message.get("reset"):
+            deliver(node, message)
+            return
+        # An acknowledgement of an older append_entries must not move the
+        # leader's next-to-send position back (D15): pysyncobj would resend
+        # entries the follower has, and the follower would truncate and
+        # rewrite entries it already acknowledged. If a send was really lost,
+        # the follower's consistency check answers with reset=True and the
+        # position is corrected.
+        next_index = sync_obj._SyncObj__raftNextIndex
+        sent = next_index.get(node)
+        deliver(node, message)
+        if sent is not None and next_index.get(node, sent) < sent:
+            next_index[node] = sent
+
+    def voter(self, now: float) -> prevote.Voter:
+        """This node's side of a ballot, read from pysyncobj."""
+        sync_obj = self._syncObj
+        leading = sync_obj._isLeader()
+        may_hold = leading and self.lease.may_hold(lease_clock(), sync_obj.peers_for_majority(),
+                                                   sync_obj.election_min)
+        return prevote.Voter(term=sync_obj.raftCurrentTerm, last_log_term=sync_obj._SyncObj__getCurrentLogTerm(),
+                             last_log_index=sync_obj._SyncObj__getCurrentLogIndex(), leading=leading,
+                             heard_leader_ago=now - self.leader_heard_at, lease_may_hold=may_hold,
+                             voted_for=sync_obj._SyncObj__votedForNodeId)
+
+    @staticmethod
+    def _ask(message) -> prevote.Ask:
+        return prevote.Ask(message["term"], message["last_log_term"], message["last_log_index"])
+
+    def _on_request_vote(self, node, message, deliver, now) -> None:
+        sync_obj = self._syncObj
+        decision = prevote.vote(self.voter(now), self._ask(message), sync_obj.election_min)
+        if decision.outcome == prevote.IGNORED:
+            self.elections.answered("vote", node.address, message["term"], decision, now)
+            return  # neither granted nor its term adopted (D24)
+        if sync_obj._isLeader() and message["term"] > sync_obj.raftCurrentTerm:
+            sync_obj.stepdown_reason = f"vote request of term {message['term']} from {node.address}"
+        before = (sync_obj.raftCurrentTerm, sync_obj._SyncObj__votedForNodeId)
+        deliver(node, message)  # pysyncobj decides; the event says what it did
+        granted = (sync_obj._SyncObj__votedForNodeId == node.id
+                   and before != (sync_obj.raftCurrentTerm, node.id))
+        if granted != decision.granted:
+            decision = prevote.Decision(prevote.GRANTED if granted else prevote.REFUSED,
+                                        "" if granted else "pysyncobj refused it")
+        self.elections.answered("vote", node.address, message["term"], decision, now)
+
+    def _on_prevote(self, node, message, deliver, now) -> None:
+        decision = prevote.prevote(self.voter(now), self._ask(message), self._syncObj.election_min)
+        self.elections.answered("pre-vote", node.address, message["term"], decision, now)
+        self.send(node, {"type": PREVOTE_REPLY, "term": message["term"], "round": message["round"],
+                         "granted": decision.granted})
+
+    def _on_prevote_reply(self, node, message, deliver, now) -> None:
+        self._syncObj.campaign.answered(node, message.get("term"), message.get("round"),
+                                        bool(message.get("granted")))
+
+    def _on_stale_term(self, node, message, deliver, now) -> None:
+        sync_obj = self._syncObj
+        term = message.get("term")
+        if isinstance(term, int) and term > sync_obj.raftCurrentTerm and sync_obj._isLeader():
+            sync_obj.step_down(term, f"{node.address} has term {term}, above ours")
+
+    # ------------------------------------------------------------ elections and the lease
+    def ask_for_prevotes(self, term: int, round_: int) -> None:
+        """Would the peers vote for this node at `term`? (D9; their answers go to the campaign)"""
+        sync_obj = self._syncObj
+        message = {"type": PREVOTE, "term": term, "round": round_,
+                   "last_log_index": sync_obj._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": sync_obj._SyncObj__getCurrentLogTerm()}
+        for node in sync_obj._SyncObj__otherNodes:
+            self.send(node, message)
+
+    def watch_lease(self, window: float) -> None:
+        """On a leader, every tick: say when the read lease lapses (election_events throttles it)."""
+        sync_obj = self._syncObj
+        if self.lease.lost(lease_clock(), sync_obj.peers_for_majority(), window):
+            self.elections.lease_lost(sync_obj.raftCurrentTerm,
+                                      f"no majority acknowledged an append sent within {window} s", monotonic())
+
+    def role_changed(self, was_leader: bool, leads: bool) -> None:
+        """A new role (pysyncobj's onStateChanged): say why a leader stepped down, and
+        forget the lease: nothing acknowledged before counts (D12)."""
+        sync_obj = self._syncObj
+        if was_leader:
+            reason, sync_obj.stepdown_reason = sync_obj.stepdown_reason, None
+            self.elections.stepped_down(sync_obj.raftCurrentTerm, reason or (
+                f"no answer from a majority within {sync_obj.leader_fallback} s"))
+            if self.lease.dropped():
+                self.elections.lease_lost(sync_obj.raftCurrentTerm, "stepped down", monotonic())
+        if leads:
+            sync_obj.stepdown_reason = None
+        self.lease.reset()
+
+    # ------------------------------------------------------------ links
+    def peers_heard_within(self, seconds: float) -> int:
+        since = monotonic() - seconds
+        return sum(1 for heard in self.last_heard.values() if heard > since)
+
+    def _onNodeConnected(self, node):
+        self.peers_up.add(node)
+        super()._onNodeConnected(node)
+
+    def _onNodeDisconnected(self, node):
+        self.peers_up.discard(node)
+        super()._onNodeDisconnected(node)
+
+    def _onDisconnected(self, conn):
+        super()._onDisconnected(conn)
+        if conn not in self._outgoing:
+            # pysyncobj gives each accepted connection callbacks that are
+            # partials holding the connection itself: a cycle, which the
+            # server's frozen collector would never find (server/gc_policy.py).
+            # An accepted connection is never reused once it is down.
+            conn.setOnMessageReceivedCallback(None)
+            conn.setOnDisconnectedCallback(None)
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
+
+    def keep_alive(self, period: float) -> None:
+        """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
+        node has sent nothing to within `period`: any message keeps a link alive,
+        and a busy link needs no keepalive of its own."""
+        since = monotonic() - period
+        sent_at = self._sent_at
+        for node in list(self.peers_up):
+            if sent_at.get(node, float("-inf")) <= since:
+                self.send(node, KEEPALIVE)
+
+    # ------------------------------------------------------------ leaving
+    def send(self, node, message):
+        if self._syncObj.fatal_error is not None:
+            return False  # a node that must stop says nothing more (docs/pysyncobj.md D11)
+        kind = message.get("type")
+        if kind == "append_entries":
+            message[APPEND_SEQ] = self.lease.sent(node, self._syncObj.raftCurrentTerm, lease_clock())
+        elif kind == "next_node_idx":
+            message[APPEND_SEQ] = self._seq_from.get(node)
+            cap = self._ack_through.pop(node, None)
+            if cap is not None and message.get("success") and message["next_node_idx"] > cap + 1:
+                message["next_node_idx"] = cap + 1
+            if getattr(self._syncObj, "journal", None) is not None:
+                # Acknowledge after the poll that brought the entries, with one
+                # fsync for every append_entries that poll delivered (follower
+                # group commit): see flush_acknowledgements.
+                self.deferred_acks.append((node, message))
+                return True
+        elif kind == "apply_command":
+            request_id = message.get("request_id")
+            if request_id is not None:
+                self._onMessageReceived(node, {"type": "apply_command_response", "request_id": request_id,
+                                               "error": FAIL_REASON.NOT_LEADER})
+            return True
+        self._sent_at[node] = monotonic()
+        return super().send(node, message)
+
+    def flush_acknowledgements(self) -> None:
+        """Sync the journal once, then send the acknowledgements it covers."""
+        if not self.deferred_acks:
+            return
+        acks, self.deferred_acks = self.deferred_acks, []
+        self._syncObj.journal.sync()
+        now = monotonic()
+        for node, message in acks:
+            self._sent_at[node] = now
+            super().send(node, message)
