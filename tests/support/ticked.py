@@ -173,25 +173,30 @@ class TickedCluster:
 @contextmanager
 def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets: list[str] | None = None,
                    elect: bool = True, step: float = STEP, data_root: str | None = None,
+                   addresses: list[str] | None = None, policy=NEVER, node_dir: str = "node{n}",
+                   prepare: Callable[[ReplicatedQueue], None] = lambda node: None,
                    **node_options) -> Iterator[TickedCluster]:
     """`count` nodes in memory on loopback (or with journals under `data_root`,
-    one directory each), ticked by hand in virtual time; by default ticked until
-    they have one leader that everyone follows. `node_options` go to every
-    ReplicatedQueue (journal_limit=...)."""
+    one directory each, named by `node_dir`), ticked by hand in virtual time; by
+    default ticked until they have one leader that everyone follows. The same
+    `addresses` and `data_root` build the same cluster again (a restart of every
+    node); `prepare(node)` runs before any node listens. `node_options` go to
+    every ReplicatedQueue (journal_limit=...)."""
     timing = timing or RaftTiming()
     clock = VirtualClock()
-    secrets = secrets or ["s"] * count
-    addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
+    addresses = addresses or [f"127.0.0.1:{p}" for p in free_ports(count)]
+    secrets = secrets or ["s"] * len(addresses)
     saved_lease_clock = raft_transport.lease_clock
     nodes: list[ReplicatedQueue] = []
     with pysyncobj_patches.use_clock(clock):
         raft_transport.lease_clock = clock  # the lease's clock too (module-level name, read at each call)
         try:
             for n, (address, secret) in enumerate(zip(addresses, secrets)):
-                data_dir = os.path.join(data_root, f"node{n}") if data_root is not None else None
+                data_dir = os.path.join(data_root, node_dir.format(n=n)) if data_root is not None else None
                 nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address], data_dir=data_dir,
-                                             policy=NEVER, secret=secret, timing=timing, **node_options))
+                                             policy=policy, secret=secret, timing=timing, **node_options))
             for node in nodes:
+                prepare(node)
                 node.transport.tryGetReady()  # everyone listening before anyone connects
             cluster = TickedCluster(nodes, clock, timing, step, secrets, node_options)
             if elect:
