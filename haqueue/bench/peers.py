@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -79,6 +80,8 @@ class PeerRun:
 class Sitting:
     runs: dict[tuple[str, str], PeerRun] = field(default_factory=dict)  # (system, workload)
     labels: dict[str, str] = field(default_factory=dict)
+    # (system, workload or "start") -> the one-line error that ended it; the sitting goes on
+    errors: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _version(cmd: list[str]) -> str:
@@ -172,28 +175,50 @@ def bench_peers(systems: list[str], duration: float, warmup: float, timeout: flo
     """Every system in turn, the three workloads on each; the figures of one sitting."""
     check_installed(systems)
     sitting = Sitting()
-    for system in systems:
-        sitting.labels[system] = system_label(system)
-        on_step(f"starting {sitting.labels[system]}")
-        with _started(system) as (run, pids):
-            for workload in WORKLOADS:
-                on_step(f"{sitting.labels[system]}: {workload}")
-                spec = workload_spec(workload, duration, warmup, timeout)
-                cpu0, servers0, wall0 = time.process_time(), _cpu_seconds(pids), time.monotonic()
-                result = run(spec)
-                wall = time.monotonic() - wall0
-                result.server = sitting.labels[system]
-                sitting.runs[(system, workload)] = PeerRun(
-                    system, result,
-                    client_cpu=100 * (time.process_time() - cpu0) / wall,
-                    server_cpu=100 * (_cpu_seconds(pids) - servers0) / wall)
+    # A failed run is reported once, as its error; asyncio's warning for every write to the
+    # connection that failed would bury the table.
+    quiet = logging.getLogger("asyncio")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        _sit(sitting, systems, duration, warmup, timeout, on_step)
+    finally:
+        quiet.setLevel(level)
     return sitting
 
 
+def _sit(sitting: Sitting, systems: list[str], duration: float, warmup: float, timeout: float,
+         on_step: Callable[[str], None]) -> None:
+    for system in systems:
+        sitting.labels[system] = system_label(system)
+        on_step(f"starting {sitting.labels[system]}")
+        # A run that fails (a leader lost under a busy machine's load, a peer that will not
+        # start) is reported in its cell and below the table; the other systems still run.
+        try:
+            with _started(system) as (run, pids):
+                for workload in WORKLOADS:
+                    on_step(f"{sitting.labels[system]}: {workload}")
+                    spec = workload_spec(workload, duration, warmup, timeout)
+                    cpu0, servers0, wall0 = time.process_time(), _cpu_seconds(pids), time.monotonic()
+                    try:
+                        result = run(spec)
+                    except BenchError as exc:
+                        sitting.errors[(system, workload)] = str(exc)
+                        continue
+                    wall = time.monotonic() - wall0
+                    result.server = sitting.labels[system]
+                    sitting.runs[(system, workload)] = PeerRun(
+                        system, result,
+                        client_cpu=100 * (time.process_time() - cpu0) / wall,
+                        server_cpu=100 * (_cpu_seconds(pids) - servers0) / wall)
+        except BenchError as exc:
+            sitting.errors[(system, "start")] = str(exc)
+
+
 # ------------------------------------------------------------------ the table
-def _figure(run: PeerRun | None, workload: str) -> str:
+def _figure(run: PeerRun | None, workload: str, failed: bool) -> str:
     if run is None:
-        return ""
+        return "failed (below)" if failed else ""
     r = run.result
     if workload == "openloop":
         s = r.put_latency.summary()
@@ -230,7 +255,9 @@ def format_sitting(sitting: Sitting, systems: list[str], headline: str) -> str:
                 for h, p in pairs)]
     rows = [header]
     for w in WORKLOADS:
-        rows.append([ROW_NAMES[w], *(_figure(sitting.runs.get((s, w)), w) for s in systems),
+        rows.append([ROW_NAMES[w], *(_figure(sitting.runs.get((s, w)), w,
+                                             (s, w) in sitting.errors or (s, "start") in sitting.errors)
+                                     for s in systems),
                      *(_ratio(sitting.runs.get((h, w)), sitting.runs.get((p, w)), w) for h, p in pairs)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [headline]
@@ -241,12 +268,15 @@ def format_sitting(sitting: Sitting, systems: list[str], headline: str) -> str:
     lines.append("load = the load process's CPU, servers = all the system's server processes' CPU, "
                  "each as % of one core over the run; ratio > 1: haqueue ahead (rate / rate; "
                  "open loop: the peer's p99 / haqueue's)")
+    for (system, what), message in sitting.errors.items():
+        lines.append(f"failed: {sitting.labels[system]}, {'start-up' if what == 'start' else what}: {message}")
     return "\n".join(lines)
 
 
 def sitting_json(sitting: Sitting, systems: list[str], settings: dict) -> dict:
     return {"settings": settings, "systems": {s: sitting.labels[s] for s in systems},
-            "runs": [run.to_json() for (s, w), run in sitting.runs.items()]}
+            "runs": [run.to_json() for (s, w), run in sitting.runs.items()],
+            "errors": [{"system": s, "workload": w, "error": e} for (s, w), e in sitting.errors.items()]}
 
 
 def default_server_cpus() -> set[int] | None:

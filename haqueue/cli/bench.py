@@ -456,6 +456,9 @@ def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, wa
         if json_path is not None:
             _write_doc_json(json_path, peers.sitting_json(sitting, systems, {
                 "duration": duration, "warmup": warmup, "server_cpus": sorted(cpus) if cpus else None}))
+        if sitting.errors:
+            total = len(systems) * len(peers.WORKLOADS)
+            raise BenchError(f"--peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
 
