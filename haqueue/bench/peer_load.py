@@ -190,6 +190,8 @@ class _Confirms:
     def feed(self, data: bytes) -> int:
         n = 0
         for kind, _, payload in self.frames.feed(data):
+            if kind == amqp.HEARTBEAT:
+                continue
             ids = amqp.method_ids(payload) if kind == amqp.METHOD else None
             if ids == amqp.BASIC_ACK:
                 tag, multiple = amqp.confirmed(payload)
@@ -277,6 +279,8 @@ class _AmqpWorker:
         run = self.run
         deleted = 0
         for kind, _, payload in self.frames.feed(data):
+            if kind == amqp.HEARTBEAT:
+                continue
             if kind == amqp.METHOD:
                 ids = amqp.method_ids(payload)
                 if ids == amqp.BASIC_GET_OK:

@@ -58,6 +58,7 @@ def test_confirms_count_each_publish_once_whether_acked_singly_or_with_multiple(
     assert confirms.feed(ack(5, True)) == 3  # 3, 4, 5
     assert confirms.feed(ack(7, False) + ack(8, True)) == 3  # 7, then 6 and 8
     assert confirms.feed(ack(8, True)) == 0
+    assert confirms.feed(amqp.frame(amqp.HEARTBEAT, 0, b"")) == 0  # a heartbeat confirms nothing
 
 
 def test_a_nacked_publish_fails_the_run():
