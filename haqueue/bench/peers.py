@@ -72,7 +72,7 @@ class PeerRun:
     server_cpu: float  # all the system's server processes, % of one core over the run
 
     def to_json(self) -> dict:
-        return {"system": self.system, "client_cpu_percent": round(self.client_cpu, 1),
+        return {"system": self.system, "workload": self.result.workload, "client_cpu_percent": round(self.client_cpu, 1),
                 "server_cpu_percent": round(self.server_cpu, 1), **self.result.to_json()}
 
 

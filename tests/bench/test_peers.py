@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from haqueue.bench import amqp, nats, peer_servers
+from haqueue.bench import amqp, nats, peer_servers, peers
 from haqueue.bench.load import BenchError
 from haqueue.bench.peer_load import _Confirms, _PubAcks
 
@@ -126,6 +126,7 @@ def test_bench_peers_prints_a_table_of_haqueue_against_nats(tmp_path):
     assert done.returncode == 0, done.stderr
     assert_table(done.stdout, ["haqueue-f50", "nats"], "haqueue -f 50 / NATS")
     nats_runs = [r for r in doc["runs"] if r["system"] == "nats"]
+    assert sorted(r["workload"] for r in nats_runs) == ["cycle", "openloop", "put"]
     assert {r["latency_ms"]["put"] is not None for r in nats_runs} == {True}
     assert all(r["client_cpu_percent"] > 0 for r in nats_runs)
 
@@ -137,7 +138,8 @@ def test_bench_peers_prints_a_table_of_haqueue_against_rabbitmq(tmp_path):
     done, doc = peers_bench("haqueue-f0,rabbitmq", tmp_path, 380)
     assert done.returncode == 0, done.stderr
     assert_table(done.stdout, ["haqueue-f0", "rabbitmq"], "haqueue -f0 / RabbitMQ")
-    assert {r["workload"] for r in doc["runs"] if r["system"] == "rabbitmq"} >= {"cycle", "put", "openloop"}
+    assert sorted(r["workload"] for r in doc["runs"] if r["system"] == "rabbitmq") == ["cycle", "openloop", "put"]
+    assert doc["errors"] == []
 
 
 @needs_nats
@@ -170,3 +172,23 @@ def test_peers_excludes_the_other_modes_in_one_line():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == "haqueue: --peers starts its own servers: it excludes --compare"
+
+
+def test_a_missing_peer_is_one_line_naming_its_package(monkeypatch):
+    monkeypatch.setattr(peer_servers, "nats_path", lambda: None)
+    with pytest.raises(BenchError, match=r"^--peers: nats-server is not installed \(apt-get install nats-server"):
+        peers.bench_peers(["haqueue-f0", "nats"], 1.0, 0.0, 5.0)
+
+
+def test_a_failed_run_is_shown_in_its_cell_and_named_below_the_table():
+    from haqueue.bench.report import RunResult
+
+    done = RunResult(workload="put", address="x", measured_puts=1000, put_seconds=1.0)
+    sitting = peers.Sitting(labels={"haqueue-f0": "haqueue 3 nodes -f0", "rabbitmq": "RabbitMQ 3.10.8 quorum queue"})
+    sitting.runs[("haqueue-f0", "put")] = peers.PeerRun("haqueue-f0", done, client_cpu=12.0, server_cpu=90.0)
+    sitting.errors[("rabbitmq", "start")] = "RabbitMQ not listening on 127.0.0.1 port(s) 5 after 120 s"
+    table = peers.format_sitting(sitting, ["haqueue-f0", "rabbitmq"], "headline").splitlines()
+    put = next(line for line in table if line.startswith("put:"))
+    assert [c.strip() for c in put.split("|")][1:] == ["1,000 (load 12 %, servers 90 %)", "failed (below)", ""]
+    assert table[-1] == ("failed: RabbitMQ 3.10.8 quorum queue, start-up: "
+                         "RabbitMQ not listening on 127.0.0.1 port(s) 5 after 120 s")
