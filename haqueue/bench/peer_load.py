@@ -480,12 +480,18 @@ class _Nats:
 SYSTEMS: dict[str, Callable] = {"rabbitmq": _RabbitMQ, "nats": _Nats}
 
 
-async def run_peer(system: str, ports: list[int], spec: LoadSpec) -> ShareResult:
-    """One workload against a started peer, in this process."""
+async def run_peer(system: str, ports: list[int], spec: LoadSpec,
+                   around: Callable[[str], None] = lambda _: None) -> ShareResult:
+    """One workload against a started peer, in this process; `around("start")` and
+    `around("stop")` bracket the run itself, the queue's or stream's setup and teardown outside."""
     peer = SYSTEMS[system](ports, spec.host, spec)
     await peer.setup()
     try:
-        return await _run(peer, spec)
+        around("start")
+        try:
+            return await _run(peer, spec)
+        finally:
+            around("stop")
     finally:
         await peer.teardown()
 

@@ -14,9 +14,11 @@ Rules:
   synchronous), put (8 connections x window 64), open loop (2,000 puts/s over 8
   connections, latency from when each put was due). Each gets a tube, queue or
   stream of its own.
-- Beside each figure: the load process's CPU over the run (a load at 100 % of its
-  core would be measuring itself, not the servers) and the servers' CPU (all the
-  system's processes, as % of one core; at 100 % the servers' core is the limit).
+- Beside each figure: the load process's CPU over the run — connections, warmup,
+  measured time and drain; a peer's queue or stream set up and deleted outside it —
+  (a load at 100 % of its core would be measuring itself, not the servers) and the
+  servers' CPU over the same window (all the system's processes, as % of one core; at
+  100 % the servers' core is the limit).
 - Ratios are haqueue's against the peer the issue pairs it with: `-f0` (fsync
   before each acknowledgement) with RabbitMQ's quorum queue (fdatasync before each
   confirm), `-f 50` (group commit every 50 ms) with NATS (no fsync before its
@@ -146,20 +148,46 @@ def _haqueue_cluster(fsync_ms: int) -> Iterator[tuple[tuple[str, int], list[int]
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class CpuWindow:
+    """CPU spent by this process (the load) and by the servers' PIDs between start and stop."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.marks: dict[str, tuple[float, float, float]] = {}
+
+    def __call__(self, mark: str) -> None:
+        self.marks[mark] = (time.monotonic(), time.process_time(), _cpu_seconds(self.pids))
+
+    def percents(self) -> tuple[float, float]:
+        """(load, servers), each as % of one core over the window."""
+        (w0, c0, s0), (w1, c1, s1) = self.marks["start"], self.marks["stop"]
+        wall = max(w1 - w0, 1e-9)
+        return 100 * (c1 - c0) / wall, 100 * (s1 - s0) / wall
+
+
+Runner = Callable[[LoadSpec, CpuWindow], RunResult]
+
+
 @contextlib.contextmanager
-def _started(system: str) -> Iterator[tuple[Callable[[LoadSpec], RunResult], list[int]]]:
+def _started(system: str) -> Iterator[tuple[Runner, list[int]]]:
     """The system, started; yields how to run a spec against it and its server PIDs."""
     if system.startswith("haqueue"):
         with _haqueue_cluster(0 if system == "haqueue-f0" else 50) as ((host, port), pids):
-            yield (lambda spec: run_haqueue(replace(spec, host=host, port=port))), pids
+            def run_cluster(spec: LoadSpec, window: CpuWindow) -> RunResult:
+                window("start")
+                try:
+                    return run_haqueue(replace(spec, host=host, port=port))
+                finally:
+                    window("stop")
+            yield run_cluster, pids
         return
     from haqueue.bench.peer_load import run_peer
 
     start = peer_servers.rabbitmq_cluster if system == "rabbitmq" else peer_servers.nats_cluster
     with start() as peer:
-        def run(spec: LoadSpec) -> RunResult:
+        def run(spec: LoadSpec, window: CpuWindow) -> RunResult:
             spec = replace(spec, host=servers.HOST, port=peer.ports[0])
-            return merge(spec, [asyncio.run(run_peer(system, peer.ports, spec))])
+            return merge(spec, [asyncio.run(run_peer(system, peer.ports, spec, window))])
         yield run, peer.pids
 
 
@@ -199,18 +227,15 @@ def _sit(sitting: Sitting, systems: list[str], duration: float, warmup: float, t
                 for workload in WORKLOADS:
                     on_step(f"{sitting.labels[system]}: {workload}")
                     spec = workload_spec(workload, duration, warmup, timeout)
-                    cpu0, servers0, wall0 = time.process_time(), _cpu_seconds(pids), time.monotonic()
+                    window = CpuWindow(pids)
                     try:
-                        result = run(spec)
+                        result = run(spec, window)
                     except BenchError as exc:
                         sitting.errors[(system, workload)] = str(exc)
                         continue
-                    wall = time.monotonic() - wall0
                     result.server = sitting.labels[system]
-                    sitting.runs[(system, workload)] = PeerRun(
-                        system, result,
-                        client_cpu=100 * (time.process_time() - cpu0) / wall,
-                        server_cpu=100 * (_cpu_seconds(pids) - servers0) / wall)
+                    client_cpu, server_cpu = window.percents()
+                    sitting.runs[(system, workload)] = PeerRun(system, result, client_cpu, server_cpu)
         except BenchError as exc:
             sitting.errors[(system, "start")] = str(exc)
 
