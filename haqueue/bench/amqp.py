@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import struct
 
+from haqueue.bench.load import BenchError
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
@@ -35,7 +37,7 @@ CONFIRM_SELECT, CONFIRM_SELECT_OK = (85, 10), (85, 11)
 CHANNEL = 1  # the one channel each bench connection opens
 
 
-class AmqpError(Exception):
+class AmqpError(BenchError):
     """The broker said something the bench cannot go on from (its message, one line)."""
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+from haqueue.bench.load import BenchError
+
 CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
            b'"protocol":1,"name":"haqueue-bench","lang":"python","version":"0"}\r\n')
 PING, PONG = b"PING\r\n", b"PONG\r\n"
@@ -25,7 +27,7 @@ PING, PONG = b"PING\r\n", b"PONG\r\n"
 MSG, PING_EVENT, PONG_EVENT, INFO, ERR = "MSG", "PING", "PONG", "INFO", "-ERR"
 
 
-class NatsError(Exception):
+class NatsError(BenchError):
     """The server said something the bench cannot go on from (one line)."""
 
 

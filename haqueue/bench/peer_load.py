@@ -486,14 +486,19 @@ async def run_peer(system: str, ports: list[int], spec: LoadSpec,
     `around("stop")` bracket the run itself, the queue's or stream's setup and teardown outside."""
     peer = SYSTEMS[system](ports, spec.host, spec)
     await peer.setup()
+    around("start")
     try:
-        around("start")
+        result = await _run(peer, spec)
+    except BaseException:
+        around("stop")
         try:
-            return await _run(peer, spec)
-        finally:
-            around("stop")
-    finally:
-        await peer.teardown()
+            await peer.teardown()
+        except BenchError:
+            pass  # the run's own error is the one to report
+        raise
+    around("stop")
+    await peer.teardown()
+    return result
 
 
 async def _run(peer, spec: LoadSpec) -> ShareResult:
