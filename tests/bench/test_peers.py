@@ -121,6 +121,7 @@ def assert_table(output: str, systems: list[str], ratio: str) -> None:
 
 @pytest.mark.slow
 @needs_nats
+@pytest.mark.timeout(200)
 def test_bench_peers_prints_a_table_of_haqueue_against_nats(tmp_path):
     done, doc = peers_bench("haqueue-f50,nats", tmp_path, 170)
     assert done.returncode == 0, done.stderr
@@ -192,3 +193,21 @@ def test_a_failed_run_is_shown_in_its_cell_and_named_below_the_table():
     assert [c.strip() for c in put.split("|")][1:] == ["1,000 (load 12 %, servers 90 %)", "failed (below)", ""]
     assert table[-1] == ("failed: RabbitMQ 3.10.8 quorum queue, start-up: "
                          "RabbitMQ not listening on 127.0.0.1 port(s) 5 after 120 s")
+
+
+def test_a_start_script_that_ignores_sigterm_is_killed_with_its_children(monkeypatch, tmp_path):
+    # RabbitMQ's start script is a shell waiting for its VM: a stop must not leave the VM behind.
+    monkeypatch.setattr(peer_servers, "STOP_GRACE", 0.5)
+    processes = peer_servers._Processes()
+    script = "trap '' TERM; sleep 60 & echo $! > child; wait"
+    proc = processes.start(["sh", "-c", f"cd {tmp_path} && {script}"], str(tmp_path / "log"))
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text().strip():
+        assert time.monotonic() < deadline, "the script never started its child"
+        time.sleep(0.02)  # polling for the child's PID file, bounded by the deadline
+    child = psutil.Process(int((tmp_path / "child").read_text()))
+    processes.stop()
+    assert proc.poll() is not None
+    child.wait(5)  # psutil.TimeoutExpired if the group was not killed
+    assert not child.is_running()
+    assert processes.procs == []
