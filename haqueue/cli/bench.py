@@ -453,9 +453,13 @@ def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, wa
                  if cpus else "unpinned")
         click.echo(peers.format_sitting(sitting, systems, f"peers, one sitting: {where}; 100 B bodies; each "
                                         f"workload measured {duration:g} s after {warmup:g} s warmup"))
+        # -f0 and RabbitMQ wait for a sync per acknowledgement: the disk's sync time frames them.
+        line, sync_ms = disk.describe()
+        click.echo(line)
         if json_path is not None:
             _write_doc_json(json_path, peers.sitting_json(sitting, systems, {
-                "duration": duration, "warmup": warmup, "server_cpus": sorted(cpus) if cpus else None}))
+                "duration": duration, "warmup": warmup, "server_cpus": sorted(cpus) if cpus else None,
+                "fdatasync_ms": round(sync_ms, 4)}))
         if sitting.errors:
             total = len(systems) * len(peers.WORKLOADS)
             raise BenchError(f"--peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")

@@ -114,6 +114,7 @@ def assert_table(output: str, systems: list[str], ratio: str) -> None:
     assert header[0] == "workload" and len(header) == 1 + len(systems) + 1, lines[1]
     assert header[-1] == ratio
     assert [line.split()[0] for line in lines[3:6]] == ["cycle:", "put:", "open"]
+    assert lines[-1].startswith("disk: fdatasync of a small append takes ")
     for line in lines[3:6]:
         assert line.count("(load ") == len(systems), line  # client CPU beside every figure
         assert line.rstrip().endswith("x") or line.rstrip().endswith("(p99)"), line
