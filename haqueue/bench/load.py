@@ -322,6 +322,7 @@ class _Producer:
             if now >= run.t0 and run.budget is not None:
                 run.budget -= want
             if self.stamped:
+                # header/tail frame the body (peers' producers set their own, bench/peer_load.py)
                 command = self.header + b"%016x" % now + self.tail
             else:
                 command = self.command

@@ -109,6 +109,12 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
                    "(--producers, --consumers as workers, --backlog).")
 @click.option("--gearman-nodes", type=click.IntRange(1, 5), default=3, show_default=True,
               help="--gearman: nodes of the haqueue cluster started.")
+@click.option("--peers", is_flag=True,
+              help="Replicated peers: start haqueue 3 nodes -f0 and -f 50, RabbitMQ 3 nodes (quorum "
+                   "queue) and NATS 3 servers (JetStream R3), one after another, each on --server-cpus "
+                   "(default 0); run cycle, put and open loop on each; print one table with ratios.")
+@click.option("--peer-systems", default=",".join(("haqueue-f0", "haqueue-f50", "rabbitmq", "nats")),
+              show_default=True, metavar="LIST", help="--peers: which systems, in this order.")
 def bench(
     what: str | None,
     id_mode: str,
@@ -143,6 +149,8 @@ def bench(
     cluster: str | None,
     gearman_workload: str | None,
     gearman_nodes: int,
+    peers: bool,
+    peer_systems: str,
 ) -> None:
     """Measure jobs/s and latency against a beanstalkd-protocol server.
 
@@ -170,6 +178,13 @@ def bench(
             raise click.ClickException(str(exc)) from None
         for run in runs:
             click.echo(run.describe())
+        return
+    if peers:
+        _bench_peers(peer_systems, server_cpus, duration or 5.0, warmup, timeout, json_path,
+                     others=[n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
+                                             ("--memory", memory_jobs), ("--scrape", scrape_tubes),
+                                             ("--timers", timer_count), ("--startup", startup_count),
+                                             ("--flood", flood), ("--gearman", gearman_workload)) if on])
         return
     if server_cpus is not None:
         from haqueue.bench.servers import pin_servers
@@ -401,6 +416,53 @@ def _bench_gearman(workload: str, nodes: int, connections: int, producers: int, 
         if json_path is not None:
             _write_doc_json(json_path, {"settings": {"gearman": workload, "nodes": nodes, "duration": duration},
                                         "gearman": [r.to_json() for r in results]})
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, warmup: float, timeout: float,
+                 json_path: str | None, others: list[str]) -> None:
+    from haqueue.bench import peers
+    from haqueue.bench.servers import pin_servers
+
+    if others:
+        raise click.ClickException(f"--peers starts its own servers: it excludes {' and '.join(others)}")
+    systems = [s.strip() for s in systems_text.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in peers.SYSTEMS]
+    if unknown or not systems:
+        raise click.ClickException(f"--peer-systems {systems_text!r}: expected some of {', '.join(peers.SYSTEMS)}")
+    if json_path is not None:
+        folder = os.path.dirname(os.path.abspath(json_path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise click.ClickException(f"cannot write {json_path}: {folder} is not a writable directory")
+    try:
+        if server_cpus is not None:
+            try:
+                cpus = {int(part) for part in server_cpus.split(",") if part.strip()}
+            except ValueError:
+                raise BenchError(f"--server-cpus {server_cpus!r}: expected CPU numbers, e.g. 0 or 0,1") from None
+        else:
+            cpus = peers.default_server_cpus()
+        if cpus is not None:
+            pin_servers(cpus or {-1})
+        progress, started = Progress(), time.monotonic()
+        step = ["starting"]
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --peers: {step[0]}, {elapsed(started)} elapsed"):
+            sitting = peers.bench_peers(systems, duration, warmup, timeout, on_step=lambda m: step.__setitem__(0, m))
+        where = (f"servers on CPU {','.join(map(str, sorted(cpus)))}, the load (one process) on the others"
+                 if cpus else "unpinned")
+        click.echo(peers.format_sitting(sitting, systems, f"peers, one sitting: {where}; 100 B bodies; each "
+                                        f"workload measured {duration:g} s after {warmup:g} s warmup"))
+        # -f0 and RabbitMQ wait for a sync per acknowledgement: the disk's sync time frames them.
+        line, sync_ms = disk.describe()
+        click.echo(line)
+        if json_path is not None:
+            _write_doc_json(json_path, peers.sitting_json(sitting, systems, {
+                "duration": duration, "warmup": warmup, "server_cpus": sorted(cpus) if cpus else None,
+                "fdatasync_ms": round(sync_ms, 4)}))
+        if sitting.errors:
+            total = len(systems) * len(peers.WORKLOADS)
+            raise BenchError(f"--peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
 
