@@ -276,9 +276,11 @@ class Session(Connection):
         if server.draining:
             self._reply(P.DRAINING)
             return
-        if not server.memory.admits(len(body)):
+        if not server.memory.admits(len(body)) or not server.disk.admits(len(body)):
             # The memory high-water mark: refuse what adds jobs, as
-            # beanstalkd does when malloc fails, rather than be OOM-killed.
+            # beanstalkd does when malloc fails, rather than be OOM-killed;
+            # and the disk reserve (disk_reserve.py), as beanstalkd does when
+            # its binlog cannot reserve space, rather than stop on ENOSPC.
             server.counters.out_of_memory_replies += 1
             self._reply(P.OUT_OF_MEMORY)
             return
