@@ -31,6 +31,11 @@ MAX_BATCH_COMMANDS = 2048
 # takes its chunked path (docs/pysyncobj.md D13; issue 23, B4: 512 Gearman
 # submits of 64 KiB once made one 32 MiB entry).
 MAX_BATCH_BYTES = 4 << 20
+# The most jobs one KICK command moves: a bigger kick is split by the session into
+# entries of at most this many (session.py, Session._kick), as the core fires at most
+# core/state.py's DEADLINES_PER_ENTRY deadlines per entry: ~5 us a job, so an entry's
+# apply stays far below an election timeout (issue 23, B3).
+KICKS_PER_ENTRY = 5000
 # What a command costs in an entry besides its strings and bytes: its opcode,
 # ints and pickle framing (a put of an empty body pickles to about 20 bytes).
 COMMAND_OVERHEAD = 32
