@@ -74,6 +74,8 @@ Shape (keys may be added; these are relied on by tooling and docs):
     max_watched_tubes = 1000     # per connection; watch beyond it: OUT_OF_MEMORY
     max_memory = "0"             # resident bytes ("2GiB"); above it puts: OUT_OF_MEMORY; 0 = off
     output_timeout = 60          # seconds a client may leave its replies unread before it is closed
+    disk_reserve = "64MiB"       # floor of the disk reserve (docs/operations.md); "off"; default:
+                                 # 1/16 of the data file system, at most 64 MiB
 
     [tls]                        # optional: TLS on the client port (same files on every node)
     cert = "/etc/haqueue/tls/cert.pem"
@@ -112,7 +114,7 @@ from haqueue.cluster_fields import ClusterFileError, Fields
 from haqueue.core.idrules import DEFAULT_SEGMENT, IdRule, RuleError, parse_offset
 from haqueue.ops.keepalived_settings import KeepalivedSettings
 from haqueue.ops.lvs_settings import LvsSettings
-from haqueue.server.limits import ClientLimits, parse_size
+from haqueue.server.limits import ClientLimits, parse_reserve, parse_size
 
 __all__ = ["Cluster", "ClusterFileError", "Deploy", "KeepalivedSettings", "LvsSettings", "Node", "TlsSettings",
            "load_cluster", "parse_cluster"]
@@ -449,7 +451,8 @@ def read_id_rules(top: Fields) -> tuple[IdRule, ...]:
 def _read_limits(top: Fields) -> ClientLimits:
     """[limits]: what clients may hold (server/limits.py owns the numbers' meaning)."""
     t = top.optional_table(
-        "limits", ("max_connections", "max_tubes", "max_watched_tubes", "max_memory", "output_timeout"))
+        "limits", ("max_connections", "max_tubes", "max_watched_tubes", "max_memory", "output_timeout",
+                   "disk_reserve"))
     d = ClientLimits()
     memory = t.get("max_memory", d.max_memory)
     if isinstance(memory, bool) or not isinstance(memory, (int, str)):
@@ -458,10 +461,19 @@ def _read_limits(top: Fields) -> ClientLimits:
         memory = parse_size(str(memory))
     except ValueError as exc:
         raise t.fail("max_memory", str(exc)) from None
+    reserve = t.get("disk_reserve", None)
+    if reserve is not None:
+        if isinstance(reserve, bool) or not isinstance(reserve, (int, str)):
+            raise t.fail("disk_reserve", f"must be bytes, a size like \"64MiB\" or \"off\", not {reserve!r}")
+        try:
+            reserve = parse_reserve(str(reserve))
+        except ValueError as exc:
+            raise t.fail("disk_reserve", str(exc)) from None
     return ClientLimits(
         max_connections=t.integer("max_connections", d.max_connections, 1, 10**7),
         max_tubes=t.integer("max_tubes", d.max_tubes, 1, 10**9),
         max_watched_tubes=t.integer("max_watched_tubes", d.max_watched_tubes, 1, 10**9),
         max_memory=memory,
         output_timeout=t.number("output_timeout", d.output_timeout, 0, 86400),
+        disk_reserve=reserve,
     )

@@ -83,7 +83,7 @@ def test_optional_tables_are_read():
 def test_limits_tls_and_admin_token_are_read_with_documented_defaults():
     c = parse_cluster(BASE)
     assert (c.limits.max_connections, c.limits.max_tubes, c.limits.max_watched_tubes) == (10000, 100000, 1000)
-    assert (c.limits.max_memory, c.limits.output_timeout) == (0, 60.0)
+    assert (c.limits.max_memory, c.limits.output_timeout, c.limits.disk_reserve) == (0, 60.0, None)
     assert c.tls is None and c.admin_token is None
     c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\nadmin_token = "t0k"\n')
                       + '[limits]\nmax_connections = 500\nmax_memory = "2GiB"\noutput_timeout = 5\n'
@@ -91,6 +91,12 @@ def test_limits_tls_and_admin_token_are_read_with_documented_defaults():
     assert (c.limits.max_connections, c.limits.max_memory, c.limits.output_timeout) == (500, 2 << 30, 5.0)
     assert (c.tls.cert, c.tls.key) == ("/etc/haqueue/cert.pem", "/etc/haqueue/key.pem")
     assert c.admin_token == "t0k"
+
+
+@pytest.mark.parametrize("value, floor", [('"256MiB"', 256 << 20), ("1000000", 1000000), ('"off"', -1),
+                                          ('"OFF"', -1), ('"0"', 0)])
+def test_the_disk_reserve_floor_is_a_size_or_off(value, floor):
+    assert parse_cluster(BASE + f"[limits]\ndisk_reserve = {value}\n").limits.disk_reserve == floor
 
 
 def test_load_cluster_reports_a_missing_file(tmp_path):
@@ -168,6 +174,8 @@ def test_each_problem_is_one_line_naming_the_key(old, new, expected):
         ('[limits]\nmax_memory = "lots"', "limits.max_memory: 'lots' is not a size"),
         ('[limits]\nmax_memory = true', "limits.max_memory: must be bytes or a size"),
         ('[limits]\noutput_timeout = "1m"', "limits.output_timeout: must be a number of seconds"),
+        ('[limits]\ndisk_reserve = "some"', "limits.disk_reserve: 'some' is not a size"),
+        ('[limits]\ndisk_reserve = false', "limits.disk_reserve: must be bytes, a size like"),
         ('[limits]\nmax_clients = 5', "limits.max_clients: unknown key"),
         ('[tls]\ncert = "/etc/haqueue/cert.pem"', "tls.key: missing: TLS needs both cert and key"),
     ],

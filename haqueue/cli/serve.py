@@ -12,7 +12,8 @@ the binary, the short flags mean what they mean to beanstalkd 1.12:
   -u USER   run as USER                         -V       more logging (repeatable)
   -v        print the version                   -h       help
 haqueue's own flags bound what clients may hold (--max-connections,
---max-tubes, --max-watched-tubes, --max-memory, --output-timeout), put TLS on
+--max-tubes, --max-watched-tubes, --max-memory, --output-timeout), keep a disk
+reserve (--disk-reserve), put TLS on
 the client port (--tls-cert/--tls-key) and guard the admin port's /status
 (--admin-token); with --config they default to the cluster file's [limits],
 [tls] and cluster.admin_token, and a flag given here wins.
@@ -71,6 +72,9 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
               help="Tubes one connection may watch; more answers OUT_OF_MEMORY. [default: 1000]")
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Resident memory (e.g. 2GiB) above which puts answer OUT_OF_MEMORY. [default: 0, off]")
+@click.option("--disk-reserve", default=None, metavar="SIZE",
+              help="Floor of the disk reserve (e.g. 64MiB, or off): below the reserve puts answer "
+                   "OUT_OF_MEMORY until space returns. [default: 1/16 of the data file system, at most 64MiB]")
 @click.option("--output-timeout", type=click.FloatRange(0, None), default=None, metavar="SECONDS",
               help="Close a client whose unread replies stay over 64 KiB this long; 0: never. [default: 60]")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
@@ -88,7 +92,7 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
                    "0: off. [default: 0; the cluster file's gearman_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, output_timeout, tls_cert, tls_key, id_port,
+          max_tubes, max_watched_tubes, max_memory, disk_reserve, output_timeout, tls_cert, tls_key, id_port,
           id_rate_limit, gearman_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
@@ -108,7 +112,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         else:
             options = node_start.lone_options(listen, port, data_dir, policy, max_job_size)
         _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
-                              max_memory, output_timeout, tls_cert, tls_key)
+                              max_memory, output_timeout, tls_cert, tls_key, disk_reserve)
         if id_port is not None:
             if options.listen.unix_path:
                 raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
@@ -146,10 +150,10 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
 
 
 def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
-                          max_memory, output_timeout, tls_cert, tls_key) -> None:
+                          max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None) -> None:
     """Flags given on the command line win over the cluster file's (already in options)."""
     from haqueue.server.app import TlsFiles
-    from haqueue.server.limits import parse_size
+    from haqueue.server.limits import parse_reserve, parse_size
 
     limits = options.limits
     if max_connections is not None:
@@ -163,6 +167,11 @@ def _apply_client_options(options, admin_token, max_connections, max_tubes, max_
             limits.max_memory = parse_size(max_memory)
         except ValueError as exc:
             raise HaqueueError(f"--max-memory: {exc}") from None
+    if disk_reserve is not None:
+        try:
+            limits.disk_reserve = parse_reserve(disk_reserve)
+        except ValueError as exc:
+            raise HaqueueError(f"--disk-reserve: {exc}") from None
     if output_timeout is not None:
         limits.output_timeout = output_timeout
     if admin_token is not None:

@@ -51,6 +51,13 @@ from haqueue.core.tube import Tube, compact, overgrown
 # checklist item 4; tests/replication/test_old_journals.py insists).
 SNAPSHOT_FORMAT_VERSION = 4
 
+# Deadlines one entry fires at most (delays ending and time-to-runs running out,
+# together): a job costs ~5-9 us here, and an entry applied for longer than an
+# election timeout (0.3 s) deposed its leader (issue 23, B3: 200,000 delayed jobs
+# ending at once took 1.9 s). The rest stay due, in deadline order; next_deadline
+# is then in the past, so the leader sends another TICK at once.
+DEADLINES_PER_ENTRY = 5000
+
 
 
 class QueueState:
@@ -139,21 +146,24 @@ class QueueState:
         if stamp > self.now:
             self.now = stamp
         now = self.now
+        budget = DEADLINES_PER_ENTRY
         delays = self._delays
-        while delays and delays[0][0] <= now:
+        while budget and delays and delays[0][0] <= now:
             entry = heapq.heappop(delays)
             job = entry[2]
             if job.entry is entry:
+                budget -= 1
                 self._delayed_count -= 1
                 tube = job.tube
                 tube.unlink_delayed(job)
                 tube.push_ready(job)
                 self._woken.add(tube.name)
         ttrs = self._ttrs
-        while ttrs and ttrs[0][0] <= now:
+        while budget and ttrs and ttrs[0][0] <= now:
             entry = heapq.heappop(ttrs)
             job = entry[2]
             if job.entry is entry:
+                budget -= 1
                 job.tallies += J.TIMEOUT
                 self.job_timeouts += 1
                 self._unreserve(job)
@@ -189,10 +199,14 @@ class QueueState:
         pause ends by then. Read-only. The leader sends waiting reserves in the same entry
         as the TICK that fires these deadlines, instead of in the entry after it."""
         counts: dict[str, int] = {}
+        budget = DEADLINES_PER_ENTRY  # as advance() fires them: in order, at most this many
         for heap in (self._delays, self._ttrs):
-            for entry in _due_entries(heap, now):
+            for entry in _due_in_order(heap, now):
+                if not budget:
+                    break
                 job = entry[2]
                 if job.entry is entry:
+                    budget -= 1
                     name = job.tube.name
                     counts[name] = counts.get(name, 0) + 1
         unpausing = set()  # a tube paused, unpaused and paused again to the same end has two entries
@@ -773,6 +787,22 @@ def _due_entries(heap: list, now: int):
         for child in (2 * i + 1, 2 * i + 2):
             if child < size:
                 stack.append(child)
+
+
+def _due_in_order(heap: list, now: int):
+    """The entries of a heap whose key is at most `now`, in the order heappop would give
+    them, without changing the heap: a walk that keeps the frontier in a heap of its own,
+    so taking k entries costs O(k log k) however many are due."""
+    if not heap or heap[0][0] > now:
+        return
+    frontier = [(heap[0], 0)]
+    size = len(heap)
+    while frontier:
+        entry, i = heapq.heappop(frontier)
+        yield entry
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < size and heap[child][0] <= now:
+                heapq.heappush(frontier, (heap[child], child))
 
 
 def _by_id(job: Job) -> int:

@@ -72,6 +72,12 @@ def alert_rules(cluster: Cluster) -> list[dict]:
              duration="5m", severity="warning",
              summary="Data directory of {{ $labels.node }} under " f"{DISK_FREE_RATIO:.0%} free",
              description="A full disk stops the node (storage errors are fatal): free space or grow it."),
+        dict(alert="HaqueueBelowDiskReserve", expr=f"max by (node) (haqueue_disk_below_reserve{{{sel}}}) > 0",
+             duration="1m", severity="critical",
+             summary="{{ $labels.node }} is below its disk reserve: puts answer OUT_OF_MEMORY",
+             description="The backlog has filled the disk to the room the next snapshot needs "
+                         "(docs/operations.md, \"Disk reserve\"): drain the queue or grow the file system "
+                         "on every node; new work is taken again by itself."),
         dict(alert="HaqueueInternalError", expr=f"increase(haqueue_internal_errors_total{{{sel}}}[10m]) > 0",
              duration="0s", severity="critical",
              summary="haqueue node {{ $labels.node }} answered INTERNAL_ERROR",

@@ -281,6 +281,11 @@ def too_many_apps(request: Request) -> bytes:
     return error(request, "too_many_apps", "app limit reached")
 
 
+def disk_full(request: Request) -> bytes:
+    """The leader's disk is below its reserve (server/disk_reserve.py): retry later."""
+    return error(request, "disk_full", "disk reserve reached, retry later")
+
+
 def not_leader(request: Request, leader: str | None) -> bytes:
     return error(request, "not_leader", "not leader", leader)
 

@@ -14,7 +14,7 @@ GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids_udp.py), the UDP
              unknown (retry), with Retry-After: 1 and, on a follower that
              knows the leader, Location: the same path on the leader's
              admin port; 404 unknown rule, 409 exhausted or too many
-             apps, 400 bad input. GET /id/RULE/APP/monitor: the counter
+             apps, 507 below the disk reserve, 400 bad input. GET /id/RULE/APP/monitor: the counter
 GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              pause, objects frozen; with ?collect=1 also the unreachable
              objects found among them by a full pass, which stops the node
@@ -58,10 +58,11 @@ PROTECTED = ("/status", "/cluster", "/metrics", "/gc")
 OPERATION_ROUTES = ("/session", "/tube/", "/job/")  # GET, behind the token (operate.py)
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+           500: "Internal Server Error", 503: "Service Unavailable", 507: "Insufficient Storage"}
 # The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
 ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
-             "exhausted": 409, "too_many_apps": 409, "not_leader": 503}
+             "exhausted": 409, "too_many_apps": 409, "not_leader": 503,
+             "disk_full": 507}  # Insufficient Storage: below the disk reserve (disk_reserve.py)
 
 
 class AdminServer:

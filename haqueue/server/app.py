@@ -37,6 +37,7 @@ from haqueue.core.effects import Effects
 from haqueue.core.ids import rule_from_record, wanted_rule_records
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
+from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
@@ -187,6 +188,7 @@ class QueueServer:
         self.admin_server = None
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
+        self.disk: DiskReserve | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._id_listener: IdListener | None = None
         self.gearman: GearmanService | None = None
@@ -239,6 +241,11 @@ class QueueServer:
             on_role_change=lambda role, term: loop.call_soon_threadsafe(self._role_changed, role, term),
             on_fatal=lambda msg: loop.call_soon_threadsafe(self._die, msg),
         )
+        replica = self.replica
+        self.disk = DiskReserve(loop, options.data_dir, self.limits.disk_reserve, options.journal_limit,
+                                lambda: (replica.observations.last_snapshot_bytes or 0,
+                                         replica.journal.end if replica.journal is not None else 0))
+        self.disk.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, self._enter_drain_mode)
@@ -298,6 +305,8 @@ class QueueServer:
             self.collector.stop()
         if self.memory is not None:
             self.memory.stop()
+        if self.disk is not None:
+            self.disk.stop()
         self._step_down(graceful=True)
         if self._id_listener is not None:
             self._id_listener.close()

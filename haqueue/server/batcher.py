@@ -26,22 +26,54 @@ from haqueue.core.commands import encode_batch
 
 MAX_IN_FLIGHT = 4
 MAX_BATCH_COMMANDS = 2048
+# An entry's bytes, whatever front end made its commands: the server tells
+# pysyncobj that no entry is bigger than this plus one job (app.py), so none
+# takes its chunked path (docs/pysyncobj.md D13; issue 23, B4: 512 Gearman
+# submits of 64 KiB once made one 32 MiB entry).
 MAX_BATCH_BYTES = 4 << 20
+# The most jobs one KICK command moves: a bigger kick is split by the session into
+# entries of at most this many (session.py, Session._kick), as the core fires at most
+# core/state.py's DEADLINES_PER_ENTRY deadlines per entry: ~5 us a job, so an entry's
+# apply stays far below an election timeout (issue 23, B3).
+KICKS_PER_ENTRY = 5000
+# What a command costs in an entry besides its strings and bytes: its opcode,
+# ints and pickle framing (a put of an empty body pickles to about 20 bytes).
+COMMAND_OVERHEAD = 32
 
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+def command_bytes(command) -> int:
+    """At least what `command` adds to an encoded entry: its strings (as UTF-8), bytes and
+    nested tuples (a reserve's watched tubes, the id rules), plus COMMAND_OVERHEAD each."""
+    if command[0] == C.PUT:  # the common case first
+        return COMMAND_OVERHEAD + len(command[1]) + len(command[5])
+    return _value_bytes(command)
+
+
+def _value_bytes(value) -> int:
+    size = COMMAND_OVERHEAD
+    for item in value:
+        kind = type(item)
+        if kind is bytes:
+            size += len(item)
+        elif kind is str:
+            size += len(item) if item.isascii() else len(item.encode("utf-8", "surrogatepass"))
+        elif kind is tuple or kind is list:
+            size += _value_bytes(item)
+    return size
+
+
 def _cut(commands: list[tuple]) -> int:
-    """How many of `commands` fit one entry: at most MAX_BATCH_COMMANDS, and put
-    bodies of at most MAX_BATCH_BYTES; a single larger put still goes, with no other put."""
+    """How many of `commands` fit one entry: at most MAX_BATCH_COMMANDS and MAX_BATCH_BYTES
+    (command_bytes); a single larger command still goes, alone."""
     size = 0
     for index, command in enumerate(commands[:MAX_BATCH_COMMANDS]):
-        if command[0] == C.PUT:
-            size += len(command[5])
-            if size > MAX_BATCH_BYTES and index > 0:
-                return index
+        size += command_bytes(command)
+        if size > MAX_BATCH_BYTES:
+            return max(index, 1)
     return min(len(commands), MAX_BATCH_COMMANDS)
 
 
@@ -62,8 +94,7 @@ class Batcher:
         """Queue one command; continuation(result_or_None) runs once it is applied."""
         self.pending.append(command)
         self.pending_conts.append(continuation)
-        if command[0] == C.PUT:  # count the body toward the entry size
-            self.pending_bytes += len(command[5])
+        self.pending_bytes += command_bytes(command)
         if not self.flush_scheduled and self.in_flight < MAX_IN_FLIGHT:
             # Flush once the loop has read every socket that is ready now,
             # so one entry carries all of them.
@@ -78,7 +109,7 @@ class Batcher:
                 cut = _cut(commands)
                 commands, self.pending = commands[:cut], commands[cut:]
                 conts, self.pending_conts = conts[:cut], conts[cut:]
-                self.pending_bytes = sum(len(c[5]) for c in self.pending if c[0] == C.PUT)
+                self.pending_bytes = sum(map(command_bytes, self.pending))
             else:
                 self.pending, self.pending_conts, self.pending_bytes = [], [], 0
             stamp = wall_ms()

@@ -300,6 +300,11 @@ class GearmanSession(Connection):
             self.host.counters.out_of_memory_replies += 1
             self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Server is out of memory"))
             return
+        if not self.host.disk.admits(len(data) + len(unique) + len(function)):
+            # Below the disk reserve (disk_reserve.py): gearmand's answer when it
+            # cannot take a job for now (docs/gearman.md, "Disk reserve").
+            self._reply(error(b"queue_full", b"Job queue is full"))
+            return
         self.submit((C.GM_SUBMIT, self.conn_id, function.decode("latin-1"), unique, data, priority,
                      background, run_at), _created)
 

@@ -45,7 +45,7 @@ class Turns(Protocol):
 
 
 class Admits(Protocol):
-    """The memory high-water mark (limits.MemoryGauge)."""
+    """The memory high-water mark (limits.MemoryGauge), the disk reserve (disk_reserve.DiskReserve)."""
 
     def admits(self, body_size: int) -> bool: ...
 
@@ -63,6 +63,7 @@ class ConnectionHost(Protocol):
     replica: LeaseHolder
     turns: Turns
     memory: Admits
+    disk: Admits
     counters: ServerCounters
     serving: bool  # false once leadership is lost: commands are no longer taken
     draining: bool  # puts (and Gearman submits) answer DRAINING

@@ -69,7 +69,7 @@ from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
 from haqueue.server.batcher import wall_ms
-from haqueue.server.host import LeaseHolder, Submits
+from haqueue.server.host import Admits, LeaseHolder, Submits
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class IdHost(Protocol):
     loop: asyncio.AbstractEventLoop
     batcher: Submits
     replica: LeaseHolder
+    disk: Admits
     serving: bool
 
     @property
@@ -240,6 +241,9 @@ class IdRequests:
             return
         if self.pending >= MAX_PENDING:
             respond(None, None)
+            return
+        if not server.disk.admits(0):  # below the disk reserve (disk_reserve.py)
+            respond("disk_full", idjson.disk_full(request))
             return
         self.pending += 1
         first = not self._gathered  # the first get of this loop turn: reserve once the turn's are in
@@ -305,12 +309,18 @@ class IdRequests:
             segments.exhausted = None
         wall = wall_ms()
         taken = segments.take(wall)
-        fetch = segments.may_fetch(wall)
+        # A block in hand costs no disk; a new one is a log entry, refused below the reserve.
+        fetch = segments.may_fetch(wall) and self.server.disk.admits(0)
         if taken is not None:
             value, now = taken
             respond("ok", idjson.success(request, rule.render(value, now, request.salt or "")))
         elif segments.exhausted is not None:
             respond("exhausted", idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
+        elif not segments.fetching and not fetch:
+            respond("disk_full", idjson.disk_full(request))
+            if not segments.blocks and not segments.waiting:
+                del self.segments[key]
+            return
         elif self.pending >= MAX_PENDING:
             respond(None, None)
             return

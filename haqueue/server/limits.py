@@ -70,6 +70,9 @@ class ClientLimits:
     max_watched_tubes: int = 1000
     max_memory: int = 0  # bytes of resident memory; 0: no limit
     output_timeout: float = 60.0  # seconds a connection's output may stay over OUTPUT_HIGH
+    # The disk reserve's floor in bytes (disk_reserve.py); None: the default (1/16 of the
+    # file system, at most 64 MiB); disk_reserve.OFF (-1): no reserve.
+    disk_reserve: int | None = None
 
 
 _UNITS = {"": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
@@ -84,6 +87,13 @@ def parse_size(text: str) -> int:
     if m is None or unit not in _UNITS:
         raise ValueError(f"{text!r} is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
     return int(m[1]) * _UNITS[unit]
+
+
+def parse_reserve(text: str) -> int | None:
+    """A disk reserve floor: a size, or "off" (disk_reserve.OFF); ValueError names the problem."""
+    if text.strip().lower() == "off":
+        return -1  # disk_reserve.OFF
+    return parse_size(text)
 
 
 def raise_fd_limit(limits: ClientLimits) -> None:

@@ -310,6 +310,14 @@ class NodeCollector:
                                         "on the data directory's file system.", value=disk.f_bavail * disk.f_frsize)
                 yield GaugeMetricFamily("haqueue_data_dir_size_bytes", "Size of the data directory's file "
                                         "system.", value=disk.f_blocks * disk.f_frsize)
+        reserve = server.disk
+        if reserve is not None and reserve.enabled:
+            yield GaugeMetricFamily("haqueue_disk_reserve_bytes", "Free bytes the node keeps for its next "
+                                    "snapshot (disk_reserve.py), at the last reading.", value=reserve.reserve)
+            yield GaugeMetricFamily("haqueue_disk_below_reserve", "1 while free space is below the disk "
+                                    "reserve: puts answer OUT_OF_MEMORY.", value=int(reserve.below))
+            yield CounterMetricFamily("haqueue_disk_reserve_refusals", "Puts, Gearman submits and id "
+                                      "reservations refused below the disk reserve.", value=reserve.refused)
         if self.vip_watch is not None:
             held = self.vip_watch.current()
             if held is not None:

@@ -50,7 +50,7 @@ from time import perf_counter
 from haqueue.core import commands as C
 from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
-from haqueue.server.batcher import wall_ms
+from haqueue.server.batcher import KICKS_PER_ENTRY, wall_ms
 from haqueue.server import operator_events
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.connection import Connection
@@ -202,6 +202,9 @@ class Session(Connection):
                 continue
             name = event.name
             kind = _KIND[name]
+            if kind is _WRITE and name == "kick" and event.args[0] > KICKS_PER_ENTRY and self.in_flight:
+                self.blocked_on_writes = True  # a kick in parts starts from our writes applied (_kick)
+                break
             if kind is _READ:
                 if self.in_flight:
                     self.blocked_on_writes = True
@@ -285,9 +288,11 @@ class Session(Connection):
         if server.draining:
             self._reply(P.DRAINING)
             return
-        if not server.memory.admits(len(body)):
+        if not server.memory.admits(len(body)) or not server.disk.admits(len(body)):
             # The memory high-water mark: refuse what adds jobs, as
-            # beanstalkd does when malloc fails, rather than be OOM-killed.
+            # beanstalkd does when malloc fails, rather than be OOM-killed;
+            # and the disk reserve (disk_reserve.py), as beanstalkd does when
+            # its binlog cannot reserve space, rather than stop on ENOSPC.
             server.counters.out_of_memory_replies += 1
             self._reply(P.OUT_OF_MEMORY)
             return
@@ -312,7 +317,41 @@ class Session(Connection):
         self._submit((C.TOUCH, self.conn_id, args[0]))
 
     def _kick(self, args) -> None:
-        self._submit((C.KICK, self.use, args[0]))
+        bound = args[0]
+        if bound <= KICKS_PER_ENTRY:
+            self._submit((C.KICK, self.use, bound))
+            return
+        # A big kick goes as several entries of at most KICKS_PER_ENTRY jobs (an entry
+        # applied for longer than an election timeout deposed its leader: issue 23, B3),
+        # answered once with the sum, as beanstalkd's one kick counts. It kicks buried
+        # jobs if the tube had any when it began, else delayed ones, and stops when that
+        # kind runs out, as beanstalkd's does; this connection's commands after it wait
+        # for it (the pump found nothing of ours in flight before it began).
+        tube = self.server.state.tubes.get(self.use)
+        slot = [None]
+        self.slots.append(slot)
+        self.in_flight += 1
+        self.blocked_on_writes = True
+        self._kick_part(slot, self.use, bound, 0, bool(tube is not None and tube.buried))
+
+    def _kick_part(self, slot: list, tube: str, left: int, kicked: int, buried: bool) -> None:
+        part = min(left, KICKS_PER_ENTRY)
+        self.server.batcher.submit((C.KICK, tube, part),
+                                   partial(self._kick_part_done, slot, tube, left, kicked, buried, part))
+
+    def _kick_part_done(self, slot: list, tube: str, left: int, kicked: int, buried: bool, part: int,
+                        result) -> None:
+        if result is not None and result[0] == Tag.KICKED and not self.closed:
+            kicked += result[1]
+            left -= result[1]
+            if result[1] == part and left:
+                now = self.server.state.tubes.get(tube)
+                more = now is not None and (bool(now.buried) if buried else not now.buried and now.delayed_count)
+                if more:
+                    self._kick_part(slot, tube, left, kicked, buried)
+                    return
+            result = (Tag.KICKED, kicked)
+        self._write_done(slot, 0, None, result)
 
     def _kick_job(self, args) -> None:
         self._submit((C.KICK_JOB, args[0]))

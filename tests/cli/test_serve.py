@@ -93,6 +93,13 @@ def test_a_bad_max_memory_is_one_line():
         "haqueue: --max-memory: 'lots' is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
 
 
+def test_a_bad_disk_reserve_is_one_line():
+    result = run("-p", "0", "--disk-reserve", "plenty")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "haqueue: --disk-reserve: 'plenty' is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
+
+
 def test_limit_flags_show_in_stats():
     srv = start_haqueue("--max-connections", "77", "--max-tubes", "9", "--max-watched-tubes", "4",
                         "--max-memory", "3GiB")

@@ -32,6 +32,7 @@ from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.batcher import Batcher
+from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, OUTPUT_HIGH, MemoryGauge
 from haqueue.server.session import Session
 from haqueue.server.tubes import DEFAULT_TUBE, TubeDirectory
@@ -213,6 +214,7 @@ def make_server(loop: asyncio.AbstractEventLoop) -> QueueServer:
     server.loop = loop
     server.replica = InstantLog()
     server.memory = MemoryGauge(loop, 0)  # never polled: never over
+    server.disk = DiskReserve(loop, None, None, None, lambda: (0, 0))  # no data directory: no reserve
     server.batcher = Batcher(server.replica, loop, server._after_entry)
     server.directory = TubeDirectory()
     server.serving = True

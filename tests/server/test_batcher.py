@@ -20,6 +20,7 @@ from haqueue.server.batcher import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_IN_F
 class Entry:
     def __init__(self, data: bytes, callback) -> None:
         self.stamp, self.commands = C.decode_batch(data)
+        self.size = len(data)
         self.callback = callback
 
     def apply(self, effects="effects") -> None:
@@ -159,6 +160,50 @@ def test_a_single_put_larger_than_max_batch_bytes_still_goes_in_an_entry_of_its_
     submit(rig.batcher, put(b"small"), results)
     turns(loop)
     assert [[c[5][:5] for c in e.commands] for e in rig.replica.entries] == [[b"bbbbb"], [b"small"]]
+
+
+def gearman_submit(data: bytes) -> tuple:
+    return (C.GM_SUBMIT, 1, "resize", b"", data, 1, True, 0)
+
+
+def reserve_watching(tubes: tuple) -> tuple:
+    return (C.RESERVE, 1, tubes)
+
+
+def blob(n: int, size: int) -> bytes:
+    """`size` bytes that differ from blob(m, size) (pickle would write an equal object once)."""
+    return n.to_bytes(4, "big") + b"b" * (size - 4)
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: gearman_submit(blob(n, 64 << 10)),  # issue 23, B4: 512 of these made one 32 MiB entry
+    lambda n: put(blob(n, 64 << 10)),
+    lambda n: reserve_watching(tuple(blob(n, 200).hex()[:200] + str(t) for t in range(1000))),
+    lambda n: (C.GM_SUBMIT, 1, blob(n, 60000).decode("latin-1"), blob(n, 60000), b"", 1, True, 0),  # names count
+], ids=["gearman-submit", "put", "reserve-1000-tubes", "gearman-names"])
+def test_every_entry_is_at_most_max_batch_bytes_whichever_front_end_made_its_commands(rig, loop, make):
+    results: list = []
+    count = 512
+    for n in range(count):
+        submit(rig.batcher, make(n), results)
+    turns(loop)
+    applied = 0
+    while applied < len(rig.replica.entries):  # apply each entry, which lets the next go
+        rig.replica.entries[applied].apply()
+        applied += 1
+        turns(loop)
+    entries = rig.replica.entries
+    assert len(results) == count
+    assert max(e.size for e in entries) <= MAX_BATCH_BYTES
+
+
+def test_a_single_command_larger_than_max_batch_bytes_goes_alone(rig, loop):
+    results: list = []
+    submit(rig.batcher, delete(1), results)
+    submit(rig.batcher, gearman_submit(b"g" * (MAX_BATCH_BYTES + 1)), results)
+    submit(rig.batcher, delete(2), results)
+    turns(loop)
+    assert [[c[0] for c in e.commands] for e in rig.replica.entries] == [[C.DELETE], [C.GM_SUBMIT], [C.DELETE]]
 
 
 def test_stamps_never_go_backwards_when_the_wall_clock_does(rig, loop, monkeypatch):

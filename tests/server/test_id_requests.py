@@ -17,7 +17,7 @@ from haqueue.core.ids import IdState
 from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
-from tests.support.held import HeldCommands, Lease, SoonLoop
+from tests.support.held import Disk, HeldCommands, Lease, SoonLoop
 
 NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z
 
@@ -40,6 +40,7 @@ class Node:
         self.state = type("State", (), {"ids": ids})()
         self.replica = Lease()
         self.batcher = Held(self.state)
+        self.disk = Disk()
         self.serving = True
         self.loop = SoonLoop()
 
@@ -190,3 +191,16 @@ def test_gets_gathered_when_leadership_is_lost_get_silence_and_no_entry():
     node.loop.run_soon()
     assert node.batcher.waiting == [] and replies == [[(None, None)], [(None, None)]]
     assert requests.pending == 0
+
+
+def test_below_the_disk_reserve_a_get_answers_disk_full_and_logs_nothing():
+    node, requests = make()
+    node.disk.room = False
+    replies = ask(requests, get())
+    assert [(outcome, body["code"], body["error"]) for outcome, body in replies] == [("disk_full", -1, "disk_full")]
+    node.loop.run_soon()
+    assert node.batcher.waiting == []
+    node.disk.room = True
+    ask(requests, get())
+    node.loop.run_soon()
+    assert len(node.batcher.waiting) == 1

@@ -30,7 +30,7 @@ from haqueue.protocol import idjson
 from haqueue.server import ids_udp
 from haqueue.server.ids_udp import IdRequests
 from tests.fuzz.harness import make_server
-from tests.support.held import HeldCommands, Lease, SoonLoop
+from tests.support.held import Disk, HeldCommands, Lease, SoonLoop
 
 DAY = 86_400_000
 T0 = 1_795_363_200_000  # 2026-11-22T16:00:00Z = 2026-11-23T00:00+08:00, a cycle start
@@ -79,6 +79,7 @@ class Node:
         self.applied: list[tuple[int, list]] = []
         self.replica = Lease()
         self.batcher = Log(self)
+        self.disk = Disk()
         self.serving = True
         self.loop = SoonLoop()
 
@@ -93,6 +94,7 @@ class Deposed:
         self.replica = Lease()
         self.replica.valid = False
         self.batcher = self
+        self.disk = node.disk
         self.serving = True
         self.loop = SoonLoop()
         self.closed = False
@@ -135,6 +137,21 @@ def test_a_block_is_committed_once_and_then_served_from_memory_with_the_next_pre
     assert data(ask(requests)) == ["000005"]
     monitor = node.state.ids.monitor("flat", "a")
     assert monitor["counter"] == 9 and monitor["mode"] == "segment"  # the committed high-water mark
+
+
+def test_below_the_disk_reserve_the_block_in_hand_is_served_and_no_new_one_is_reserved(monkeypatch):
+    node, requests, _ = make(monkeypatch)
+    ask(requests)
+    node.batcher.commit()  # the first block: 0-4; the next is being reserved
+    node.batcher.commit()  # and is in hand: 5-9
+    node.disk.room = False
+    served = [r for _ in range(9) for r in ask(requests)]
+    assert data(served) == [f"{n:06}" for n in range(1, 10)]  # the blocks in hand cost no disk
+    assert node.batcher.waiting == []  # and no block is reserved below the reserve
+    refused = ask(requests)
+    assert [(outcome, body["error"]) for outcome, body in refused] == [("disk_full", "disk_full")]
+    node.disk.room = True
+    assert ask(requests) == [] and len(node.batcher.waiting) == 1  # waits for a new block again
 
 
 def test_a_new_leader_starts_above_every_block_the_old_one_held(monkeypatch):

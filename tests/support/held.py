@@ -47,3 +47,13 @@ class SoonLoop:
         ready, self.ready = self.ready, []
         for callback, args in ready:
             callback(*args)
+
+
+class Disk:
+    """The disk reserve (server/disk_reserve.py), as a front end asks it: admits while `room`."""
+
+    def __init__(self) -> None:
+        self.room = True
+
+    def admits(self, size: int) -> bool:
+        return self.room

@@ -120,6 +120,7 @@ class LocalHost:
         self.replica = Lease()
         self.turns = Turns(loop)
         self.memory = Memory()
+        self.disk = Memory()  # the disk reserve: admits while `room`
         self.directory = TubeDirectory()
         self.counters = ServerCounters()
         self.serving = True
