@@ -151,9 +151,10 @@ def test_a_clean_stop_while_a_snapshot_is_written_loses_nothing(tmp_path):
 def _serve_on_small_disk(data: Path, size: str, port: int, stderr_path: Path) -> subprocess.Popen:
     """haqueue on a tmpfs of `size`, mounted in a mount namespace of its own:
     the mount vanishes with the process, whatever happens to the test. When
-    the node exits, the wrapper copies its data directory out for replay."""
+    the node exits, the wrapper copies its data directory out for replay. The
+    disk reserve is off: the disk must really fill (ENOSPC is still fatal)."""
     script = (f'mount -t tmpfs -o size={size} haqueue-test "$1" && '
-              f'{sys.executable} -m haqueue serve -l {HOST} -p {port} -b "$1" -f0 -s 1000000000; '
+              f'{sys.executable} -m haqueue serve -l {HOST} -p {port} -b "$1" -f0 -s 1000000000 --disk-reserve off; '
               f'code=$?; cp -a "$1/." "$2"; exit $code')
     mountpoint = data.parent / "mnt"
     mountpoint.mkdir()
