@@ -210,6 +210,12 @@ class GearmanDecoder:
         del buffer[:end + 1]
         return AdminLine(line)
 
+    def stop(self) -> None:
+        """Read nothing more: what is buffered and what arrives is dropped (the session
+        closes the connection, as gearmand does on some well-framed requests)."""
+        self._broken = True
+        self._buffer.clear()
+
     def _fail(self, reason: str, answered: bool = True) -> ProtocolError:
         self._broken = True
         self._buffer.clear()

@@ -282,6 +282,7 @@ class GearmanSession(Connection):
         the replies before are the earlier requests')."""
         self.quitting = True
         self.queue.clear()
+        self.decoder.stop()
 
     def _packet(self, packet: Packet) -> None:
         handler = _HANDLERS.get(packet.name)

@@ -430,7 +430,7 @@ def _closes_unanswered(data: bytes):
         c = w.conn()
         c.req("ECHO_REQ", b"before")
         w.read("answered before", c)
-        c.send(data)
+        c.send(data + request("ECHO_REQ", b"after, in the same write"))
         w.transcript.append(("closed, nothing more said", b"yes" if c.closes(5.0) and not c.buf else b"no"))
     return script
 

@@ -134,3 +134,11 @@ def test_any_sequence_of_packets_decodes_to_itself(specs, chunk):
         stream += G.encode(G.REQ, number, *args)
         expected.append(G.Packet(G.REQ, number, args))
     assert decode(stream, chunk=chunk) == expected
+
+
+def test_a_stopped_decoder_drops_what_it_holds_and_what_arrives():
+    decoder = G.GearmanDecoder()
+    decoder.receive_data(G.request("ECHO_REQ", b"held"))
+    decoder.stop()
+    decoder.receive_data(G.request("ECHO_REQ", b"later"))
+    assert events(decoder) == [] and decoder.buffered == 0
