@@ -226,7 +226,7 @@ class GearmanSession(Connection):
             return _KIND.get(event.name, _LOCAL)
         if type(event) is AdminLine:
             words = event.line.split()
-            if words and words[0] in _READ_LINES:
+            if words and words[0].lower() in _READ_LINES:  # admin words in any case
                 return _READ
         return _LOCAL
 
