@@ -21,6 +21,12 @@ listening client port has always meant the admin endpoint is up, and monitoring 
 on it; harnesses do not pass it. A bind that fails here is left to the usual
 path too, which says why in one line.
 
+While the node starts, a thread watches the early socket (haqueue/cli/arrivals.py): it
+accepts what connects and notes when each connection's first bytes came, so that the
+commands that arrived while the node started count their delays and timeouts from their
+arrival, as beanstalkd's would (a harness's `reserve-with-timeout 1` sent 0.1 s after exec
+times out 1 s after it was sent, not 1 s after the node first read it).
+
 A command line taken early is not read by click at all: `plain_options` has read every
 option in it, with click's defaults and bounds (a value click would refuse is not plain),
 and haqueue/cli/node_start.py starts the node from them. That saves importing click
@@ -53,6 +59,7 @@ BACKLOG = 1024
 UNIX_PREFIX = "unix:"
 
 _early: _socket.socket | None = None
+_arrivals = None  # arrivals.Arrivals: who connected to _early, and when their bytes came
 _early_address: tuple[str, int | None] | None = None  # (host, port), or ("unix:PATH", None)
 _pending: list[int] = []
 REMEMBERED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1)
@@ -75,6 +82,10 @@ def listen_early(args: list[str]) -> dict | None:
     if sock is None:
         return None
     _early, _early_address = sock, address
+    from haqueue.cli.arrivals import Arrivals
+
+    global _arrivals
+    _arrivals = Arrivals(sock)
     for signum in REMEMBERED_SIGNALS:
         _signal.signal(signum, _remember)
     return values
@@ -130,14 +141,31 @@ def pending_signals() -> list[int]:
 
 def take(host: str, port: int | None):
     """The socket listened on early for host:port (or for "unix:PATH", None), if any
-    (once), as a socket.socket."""
-    global _early, _early_address
+    (once), as a socket.socket; the connections it had accepted meanwhile are then
+    `arrived` (once)."""
+    global _early, _early_address, _arrivals, _arrived
     if _early is None or _early_address != (host, port):
         return None
     import socket
 
+    if _arrivals is not None:
+        _arrived = [(socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach()), first, count)
+                    for raw, first, count in _arrivals.stop()]
+        _arrivals = None
     raw, _early, _early_address = _early, None, None
     return socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+
+
+_arrived: list = []
+
+
+def arrived() -> list:
+    """(socket.socket, monotonic time its first bytes were readable or None, how many
+    bytes were readable then) for each connection accepted while the node started,
+    oldest first (once; haqueue/cli/arrivals.py)."""
+    global _arrived
+    taken, _arrived = _arrived, []
+    return taken
 
 
 def plain_options(args: list[str]) -> dict | None:

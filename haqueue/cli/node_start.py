@@ -55,7 +55,7 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
         if not path:
             raise StartError("-l unix: needs a path, e.g. -l unix:/run/haqueue.sock")
         sock = early.take(listen, None)
-        where = Listen(unix_path=path, sock=sock)
+        where = Listen(unix_path=path, sock=sock, arrived=early.arrived())
         if sock is not None:
             early_signals = early.pending_signals
         else:
@@ -63,7 +63,7 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
     else:
         sock = early.take(listen, port)
         if sock is not None:
-            where = Listen(host=listen, port=port, sock=sock)
+            where = Listen(host=listen, port=port, sock=sock, arrived=early.arrived())
             early_signals = early.pending_signals
         else:
             check_bindable(listen, port)

@@ -273,3 +273,84 @@ def test_the_early_unix_socket_is_taken_once_and_only_for_its_own_path(socket_di
     finally:
         if sock is not None:
             sock.close()
+
+
+def test_commands_sent_while_the_node_starts_count_their_delays_and_timeouts_from_their_arrival(socket_dir):
+    """As beanstalkd, ready within ms, counts them: a harness sends at once, the node reads
+    0.1-0.5 s later (haqueue/cli/arrivals.py noted when the bytes came). Never earlier
+    than that either: nothing ends before its time after the command was sent."""
+    path = socket_dir / "q.sock"
+    proc = subprocess.Popen([*haqueue_command(), "-l", f"unix:{path}"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # connect as soon as it listens (polled, bounded)
+            producer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                producer.connect(str(path))
+                break
+            except OSError:
+                producer.close()
+                assert proc.poll() is None and time.monotonic() < deadline, "not listening"
+                time.sleep(0.001)
+        waiter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        waiter.connect(str(path))
+        with producer, waiter:
+            producer.settimeout(10)
+            waiter.settimeout(10)
+            sent = time.monotonic()
+            producer.sendall(b"use later\r\nput 0 1 60 1\r\nx\r\nwatch later\r\nreserve\r\n")
+            waiter.sendall(b"reserve-with-timeout 1\r\n")
+            replies = b""
+            while b"INSERTED" not in replies:
+                replies += producer.recv(256)
+            inserted = time.monotonic()  # the node serves: its start took inserted - sent
+            while not replies.endswith(b"RESERVED 1 1\r\nx\r\n"):
+                replies += producer.recv(256)
+            reserved = time.monotonic()
+            assert waiter.recv(64) == b"TIMED_OUT\r\n"
+            timed_out = time.monotonic()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    waited = inserted - sent
+    assert waited > 0.05, "the node was ready too soon for this test to tell"
+    assert 1.0 <= reserved - sent < 1.0 + waited / 2  # from the arrival, not from the reading
+    assert 1.0 <= timed_out - sent < 1.0 + waited / 2
+
+
+def test_arrivals_notes_each_connection_and_when_its_first_bytes_came(socket_dir):
+    from haqueue.cli.arrivals import Arrivals
+
+    path = str(socket_dir / "a.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    arrivals = Arrivals(listener)
+    talker, silent = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    taken = []
+    try:
+        talker.connect(path)
+        silent.connect(path)
+        before = time.monotonic()
+        talker.sendall(b"put 0 1 60 1\r\nx\r\n")
+        deadline = time.monotonic() + 10
+        while True:  # the thread notes the bytes soon after they come: polled, bounded
+            with arrivals._lock:
+                noted = [entry[1] for entry in arrivals._taken]
+            if len(noted) == 2 and any(noted):
+                break
+            assert time.monotonic() < deadline, f"not noted: {noted}"
+            time.sleep(0.001)
+        taken = arrivals.stop()
+        after = time.monotonic()
+        assert arrivals.stop() == []  # once
+        (first, first_at, count), (second, second_at, second_count) = taken
+        assert before <= first_at <= after and count == 17  # the talker connected first
+        assert (second_at, second_count) == (None, 0)  # no bytes yet: counted from when they are read
+        assert first.recv(64) == b"put 0 1 60 1\r\nx\r\n"  # noted, not read
+    finally:
+        for sock, _, _ in taken:
+            sock.close()
+        for sock in (talker, silent, listener):
+            sock.close()
