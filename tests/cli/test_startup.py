@@ -241,7 +241,19 @@ def test_a_stale_socket_file_is_replaced_as_beanstalkd_replaces_it(socket_dir):
     proc = subprocess.Popen([*haqueue_command(), "-l", f"unix:{path}"], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        assert put_once_after_the_harness_sleep(proc, path) == b"INSERTED 1\r\n"
+        deadline = time.monotonic() + 10
+        while True:  # refused while the stale file is there: polled until replaced, bounded
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                try:
+                    conn.connect(str(path))
+                except OSError:
+                    assert proc.poll() is None and time.monotonic() < deadline, "never replaced"
+                    time.sleep(0.005)
+                    continue
+                conn.settimeout(10)
+                conn.sendall(b"put 0 0 60 5\r\nhello\r\n")
+                assert conn.recv(64) == b"INSERTED 1\r\n"
+                break
     finally:
         proc.terminate()
         proc.communicate(timeout=10)

@@ -35,16 +35,37 @@ def unix_path():
 
 
 @contextmanager
-def started_as_greenstalks_harness_starts_it(*listen: str):
+def started_as_greenstalks_harness_starts_it(*listen: str, fixed_sleep: bool = True):
+    """Exec, then greenstalk's fixed 0.1 s; or, where the start's speed is not the claim
+    (fixed_sleep=False), until it accepts a connection (polled, bounded), so that a
+    machine too busy to start an interpreter in 0.1 s fails only the test about that."""
     proc = subprocess.Popen([*haqueue_command(), *listen], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        time.sleep(HARNESS_SLEEP)
+        if fixed_sleep:
+            time.sleep(HARNESS_SLEEP)
+        else:
+            wait_accepting(proc, listen)
         yield proc
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 0, stderr.decode()
+
+
+def wait_accepting(proc: subprocess.Popen, listen: tuple) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if listen[1].startswith("unix:"):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.connect(listen[1][len("unix:"):])
+            else:
+                socket.create_connection((listen[1], int(listen[3])), timeout=1).close()
+            return
+        except OSError:  # not there yet, or a previous run's socket file: nobody listens
+            assert proc.poll() is None and time.monotonic() < deadline, "not accepting"
+            time.sleep(0.005)
 
 
 def test_greenstalk_drives_a_lifecycle_over_a_unix_socket_connected_after_100_ms(unix_path):
@@ -67,14 +88,14 @@ def test_greenstalk_drives_a_lifecycle_over_a_unix_socket_connected_after_100_ms
 
 def test_each_start_on_the_same_path_replaces_the_previous_runs_socket_file(unix_path):
     for _ in range(3):  # greenstalk's suite: one server per test, all on one path
-        with started_as_greenstalks_harness_starts_it("-l", f"unix:{unix_path}"):
+        with started_as_greenstalks_harness_starts_it("-l", f"unix:{unix_path}", fixed_sleep=False):
             with greenstalk.Client(unix_path, encoding=None) as client:
                 assert client.put(b"job") == 1  # a fresh server each time
         assert Path(unix_path).exists()  # left behind, as beanstalkd leaves it
 
 
 def test_sigusr1_right_after_the_start_drains_a_unix_socket_server(unix_path):
-    with started_as_greenstalks_harness_starts_it("-l", f"unix:{unix_path}") as proc:
+    with started_as_greenstalks_harness_starts_it("-l", f"unix:{unix_path}", fixed_sleep=False) as proc:
         with greenstalk.Client(unix_path, encoding=None) as client:
             assert client.put(b"first") == 1
             proc.send_signal(signal.SIGUSR1)
@@ -90,13 +111,13 @@ def test_sigusr1_right_after_the_start_drains_a_unix_socket_server(unix_path):
 
 
 @pytest.mark.parametrize("family", ["unix", "inet"])
-def test_an_already_connected_socket_is_served_after_100_ms(unix_path, family):
+def test_an_already_connected_socket_is_served(unix_path, family):
     if family == "unix":
         listen, address = ("-l", f"unix:{unix_path}"), unix_path
     else:
         port = free_port()
         listen, address = ("-l", HOST, "-p", str(port)), (HOST, port)
-    with started_as_greenstalks_harness_starts_it(*listen):
+    with started_as_greenstalks_harness_starts_it(*listen, fixed_sleep=False):
         if family == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(unix_path)
