@@ -276,7 +276,7 @@ def format_timers(results: list, headline: str) -> str:
     return headline + "\n" + _table(header, rows)
 
 
-def format_startup(results: list, starts: int, durable: bool) -> str:
+def format_startup(results: list, starts: int, durable: bool, unix: bool = False) -> str:
     """Start-up times per server (haqueue.bench.startup.StartupResult)."""
     header = ["server", "from exec to", "starts", "min ms", "p50 ms", "p90 ms", "max ms"]
     rows = []
@@ -286,7 +286,7 @@ def format_startup(results: list, starts: int, durable: bool) -> str:
             s = r.summary(which)
             rows.append([r.server, label, str(s["count"]), f"{s['min']:.1f}", f"{s['p50']:.1f}",
                          f"{s['p90']:.1f}", f"{s['max']:.1f}"])
-    mode = "durable (-b DIR)" if durable else "in memory"
+    mode = ("durable (-b DIR)" if durable else "in memory") + (", on a Unix socket" if unix else "")
     return (f"start-up: {starts} starts per server, taking turns, {mode}; connect polled every 1 ms;\n"
             "reply (cpu): the CPU time the server used until its reply\n"
             + _table(header, rows))

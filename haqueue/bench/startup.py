@@ -1,8 +1,8 @@
 """The start-up benchmark: from exec to listening, and to the first `put` answered.
 
 Client libraries' test harnesses start the server by path with beanstalkd's flags, sleep a
-fixed 0.1 s and connect. This execs the server the same way N times (a fresh port, and a
-fresh -b directory when durable, each time) and reports, per server, the time from just
+fixed 0.1 s and connect. This execs the server the same way N times (a fresh port, or
+with --unix a fresh Unix socket path, and a fresh -b directory when durable, each time) and reports, per server, the time from just
 before exec to the first successful connect (polled every 1 ms) and to the reply to one
 `put` sent on that connection, and the CPU time the server used until then (its rusage:
 it is killed the moment the reply arrives). On a machine shared with other work, the
@@ -74,11 +74,16 @@ def command(kind: str) -> list[str]:
     raise BenchError(f"unknown server kind {kind!r}")
 
 
-def start_once(argv: list[str], timeout: float = START_TIMEOUT) -> tuple[float, float, float]:
-    """Exec argv (plus -l HOST -p PORT): (listening, put answered) seconds after exec, and
-    the CPU seconds the server used until the reply."""
-    port = free_port()
-    full = [*argv, "-l", HOST, "-p", str(port)]
+def start_once(argv: list[str], timeout: float = START_TIMEOUT, unix: bool = False) -> tuple[float, float, float]:
+    """Exec argv (plus -l HOST -p PORT, or -l unix:PATH): (listening, put answered) seconds
+    after exec, and the CPU seconds the server used until the reply."""
+    socket_dir = tempfile.mkdtemp(prefix="hq-startup-") if unix else None
+    if socket_dir is not None:
+        path = os.path.join(socket_dir, "s.sock")
+        full = [*argv, "-l", f"unix:{path}"]
+    else:
+        port = free_port()
+        full = [*argv, "-l", HOST, "-p", str(port)]
     began = time.monotonic()
     proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -86,7 +91,16 @@ def start_once(argv: list[str], timeout: float = START_TIMEOUT) -> tuple[float, 
         deadline = began + timeout
         while True:
             try:
-                conn = socket.create_connection((HOST, port), timeout=timeout)
+                if socket_dir is not None:
+                    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        conn.settimeout(timeout)
+                        conn.connect(path)
+                    except OSError:
+                        conn.close()
+                        raise
+                else:
+                    conn = socket.create_connection((HOST, port), timeout=timeout)
                 break
             except OSError:
                 if proc.poll() is not None:
@@ -117,6 +131,8 @@ def start_once(argv: list[str], timeout: float = START_TIMEOUT) -> tuple[float, 
     finally:
         stop_process(proc)
         proc.stderr.close()
+        if socket_dir is not None:
+            shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def cache_bytecode() -> None:
@@ -132,7 +148,7 @@ def cache_bytecode() -> None:
         raise BenchError("could not compile haqueue's modules (see above)")
 
 
-def measure_startup(kinds: list[str], starts: int, durable: bool) -> list[StartupResult]:
+def measure_startup(kinds: list[str], starts: int, durable: bool, unix: bool = False) -> list[StartupResult]:
     """`starts` rounds of: each kind once (taking turns, so load hurts both alike)."""
     if "haqueue" in kinds:
         cache_bytecode()
@@ -142,7 +158,7 @@ def measure_startup(kinds: list[str], starts: int, durable: bool) -> list[Startu
             data_dir = tempfile.mkdtemp(prefix=f"haqueue-startup-{kind}-") if durable else None
             try:
                 argv = command(kind) + (["-b", data_dir] if data_dir else [])
-                listening, answered, cpu = start_once(argv)
+                listening, answered, cpu = start_once(argv, unix=unix)
             finally:
                 if data_dir:
                     shutil.rmtree(data_dir, ignore_errors=True)

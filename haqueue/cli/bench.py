@@ -91,6 +91,8 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start-up benchmark: exec the started server(s) N times; report the time "
                    "to listening and to the first put answered, and the server's CPU time until then.")
+@click.option("--unix", "startup_unix", is_flag=True,
+              help="With --startup: the servers listen on a Unix socket (-l unix:PATH), not TCP.")
 @click.option("--flood", is_flag=True,
               help="Hostile-client benchmark: a synchronous client's put latency idle and while "
                    "another connection floods stats (--server/--compare, or --cluster: its leader; "
@@ -144,6 +146,7 @@ def bench(
     scrape_tubes: int | None,
     timer_count: int | None,
     startup_count: int | None,
+    startup_unix: bool,
     flood: bool,
     server_cpus: str | None,
     cluster: str | None,
@@ -240,6 +243,8 @@ def bench(
     if startup_count and (timer_count or memory_jobs or cluster or not kinds):
         raise click.ClickException("--startup starts its own servers: use it with --server or "
                                    "--compare alone")
+    if startup_unix and not startup_count:
+        raise click.ClickException("--unix goes with --startup")
     if timer_count and memory_jobs:
         raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
     if timer_count and compare_cluster:
@@ -296,10 +301,11 @@ def bench(
             if startup_count:
                 from haqueue.bench.startup import measure_startup
 
-                started_runs = measure_startup(kinds, startup_count, durable)
-                click.echo(format_startup(started_runs, startup_count, durable))
+                started_runs = measure_startup(kinds, startup_count, durable, unix=startup_unix)
+                click.echo(format_startup(started_runs, startup_count, durable, unix=startup_unix))
                 if json_path is not None:
-                    _write_doc_json(json_path, {"settings": {"starts": startup_count, "durable": durable},
+                    _write_doc_json(json_path, {"settings": {"starts": startup_count, "durable": durable,
+                                                             "unix": startup_unix},
                                                 "startup": [r.to_json() for r in started_runs]})
                 return
             if timer_count:

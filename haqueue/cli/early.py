@@ -12,12 +12,20 @@ sent early simply waits for its reply and is never answered before it is committ
 (docs/design.md I1).
 
 Only the plain case is taken early: a lone node (no --config), TCP on a literal IP
-address, and a command line made only of options this module can read exactly as click
-will (anything else, including -h/-v, a Unix socket, systemd's socket or -u, goes the
-usual way, which reports its own errors). --admin goes the usual way too: there, a
+address or a Unix socket (-l unix:PATH), and a command line made only of options this
+module can read exactly as click will (anything else, including -h/-v, systemd's socket
+or -u, goes the usual way, which reports its own errors). A Unix socket is made as
+beanstalkd makes it: a socket file already at PATH (a previous run's) is replaced, any
+other file is not, and is left to the usual path, which says so in one line. --admin goes the usual way too: there, a
 listening client port has always meant the admin endpoint is up, and monitoring relies
 on it; harnesses do not pass it. A bind that fails here is left to the usual
 path too, which says why in one line.
+
+While the node starts, a thread watches the early socket (haqueue/cli/arrivals.py): it
+accepts what connects and notes when each connection's first bytes came, so that the
+commands that arrived while the node started count their delays and timeouts from their
+arrival, as beanstalkd's would (a harness's `reserve-with-timeout 1` sent 0.1 s after exec
+times out 1 s after it was sent, not 1 s after the node first read it).
 
 A command line taken early is not read by click at all: `plain_options` has read every
 option in it, with click's defaults and bounds (a value click would refuse is not plain),
@@ -48,8 +56,11 @@ DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 11300
 BACKLOG = 1024
 
+UNIX_PREFIX = "unix:"
+
 _early: _socket.socket | None = None
-_early_address: tuple[str, int] | None = None
+_arrivals = None  # arrivals.Arrivals: who connected to _early, and when their bytes came
+_early_address: tuple[str, int | None] | None = None  # (host, port), or ("unix:PATH", None)
 _pending: list[int] = []
 REMEMBERED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1)
 
@@ -64,6 +75,23 @@ def listen_early(args: list[str]) -> dict | None:
     if values is None:
         return None
     host, port = values["listen"], values["port"]
+    if host.startswith(UNIX_PREFIX):
+        sock, address = _listen_unix(host[len(UNIX_PREFIX):]), (host, None)
+    else:
+        sock, address = _listen_tcp(host, port), (host, port)
+    if sock is None:
+        return None
+    _early, _early_address = sock, address
+    from haqueue.cli.arrivals import Arrivals
+
+    global _arrivals
+    _arrivals = Arrivals(sock)
+    for signum in REMEMBERED_SIGNALS:
+        _signal.signal(signum, _remember)
+    return values
+
+
+def _listen_tcp(host: str, port: int) -> _socket.socket | None:
     family = _family(host)
     sock = _socket.socket(family, _socket.SOCK_STREAM)
     try:
@@ -75,10 +103,29 @@ def listen_early(args: list[str]) -> dict | None:
     except OSError:
         sock.close()  # the usual path binds again and reports the problem
         return None
-    _early, _early_address = sock, (host, port)
-    for signum in REMEMBERED_SIGNALS:
-        _signal.signal(signum, _remember)
-    return values
+    return sock
+
+
+def _listen_unix(path: str) -> _socket.socket | None:
+    """A listening Unix socket at `path`, replacing a stale socket file there, as
+    beanstalkd does; None (the usual path) for any other file there, or a failed bind."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+        else:
+            return None  # not ours to remove: the usual path refuses it in one line
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()  # too long a path, no such directory...: the usual path says which
+        return None
+    return sock
 
 
 def _remember(signum: int, frame) -> None:
@@ -92,15 +139,33 @@ def pending_signals() -> list[int]:
     return taken
 
 
-def take(host: str, port: int):
-    """The socket listened on early for host:port, if any (once), as a socket.socket."""
-    global _early, _early_address
+def take(host: str, port: int | None):
+    """The socket listened on early for host:port (or for "unix:PATH", None), if any
+    (once), as a socket.socket; the connections it had accepted meanwhile are then
+    `arrived` (once)."""
+    global _early, _early_address, _arrivals, _arrived
     if _early is None or _early_address != (host, port):
         return None
     import socket
 
+    if _arrivals is not None:
+        _arrived = [(socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach()), first, count)
+                    for raw, first, count in _arrivals.stop()]
+        _arrivals = None
     raw, _early, _early_address = _early, None, None
     return socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+
+
+_arrived: list = []
+
+
+def arrived() -> list:
+    """(socket.socket, monotonic time its first bytes were readable or None, how many
+    bytes were readable then) for each connection accepted while the node started,
+    oldest first (once; haqueue/cli/arrivals.py)."""
+    global _arrived
+    taken, _arrived = _arrived, []
+    return taken
 
 
 def plain_options(args: list[str]) -> dict | None:
@@ -147,8 +212,12 @@ def plain_options(args: list[str]) -> dict | None:
         if number < low or (high is not None and number > high):
             return None  # click says which bound
         values[key] = number
-    if _family(values["listen"]) is None:
-        return None  # a name (may resolve to several addresses), unix:/path, fe80::1%eth0
+    listen = values["listen"]
+    if listen.startswith(UNIX_PREFIX):
+        if not listen[len(UNIX_PREFIX):]:
+            return None  # "-l unix:": node_start says what is missing
+    elif _family(listen) is None:
+        return None  # a name (may resolve to several addresses), fe80::1%eth0
     if values["data_dir"] is not None and not _a_directory_click_accepts(values["data_dir"]):
         return None  # click names the problem
     return values
@@ -175,7 +244,11 @@ def _a_directory_click_accepts(path: str) -> bool:
     return not stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK)
 
 
-def _address(args: list[str]) -> tuple[str, int] | None:
-    """(host, port) to listen on early for serve's arguments, or None."""
+def _address(args: list[str]) -> tuple[str, int | None] | None:
+    """(host, port) or ("unix:PATH", None) to listen on early for serve's arguments, or None."""
     values = plain_options(args)
-    return None if values is None else (values["listen"], values["port"])
+    if values is None:
+        return None
+    if values["listen"].startswith(UNIX_PREFIX):
+        return values["listen"], None
+    return values["listen"], values["port"]

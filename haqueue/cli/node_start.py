@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import sys
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
@@ -52,11 +53,16 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
         path = listen[len("unix:"):]
         if not path:
             raise StartError("-l unix: needs a path, e.g. -l unix:/run/haqueue.sock")
-        where = Listen(unix_path=path)
+        sock = early.take(listen, None)
+        where = Listen(unix_path=path, sock=sock, arrived=early.arrived())
+        if sock is not None:
+            early_signals = early.pending_signals
+        else:
+            check_unix_path(path)
     else:
         sock = early.take(listen, port)
         if sock is not None:
-            where = Listen(host=listen, port=port, sock=sock)
+            where = Listen(host=listen, port=port, sock=sock, arrived=early.arrived())
             early_signals = early.pending_signals
         else:
             check_bindable(listen, port)
@@ -157,6 +163,19 @@ def check_bindable(host: str, port: int) -> None:
         raise StartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     finally:
         probe.close()
+
+
+def check_unix_path(path: str) -> None:
+    """Fail now, with one line, where beanstalkd refuses a Unix socket path: a file
+    there that is not a socket (the listener replaces a stale socket file only)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StartError(f"cannot listen on unix:{path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(mode):
+        raise StartError(f"cannot listen on unix:{path}: a file that is not a socket is there")
 
 
 def drop_privileges(user: str) -> None:

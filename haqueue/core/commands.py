@@ -38,10 +38,10 @@ from __future__ import annotations
 import io
 import pickle
 
-LOG_FORMAT_VERSION = 3
+LOG_FORMAT_VERSION = 4
 # The opcodes each version added start here. Version 3 is shared by two
 # features built in parallel: the id service owns 15-19, Gearman 20-39.
-FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15}
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15, 4: 40}
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -71,6 +71,13 @@ GM_WORK_STATUS = 22  # (GM_WORK_STATUS, conn, handle, numerator, denominator)
 GM_FINISH = 23  # (GM_FINISH, conn, handle): WORK_COMPLETE, WORK_FAIL or WORK_EXCEPTION
 GM_DROP_CONN = 24  # (GM_DROP_CONN, conn): a Gearman connection closed
 GM_MAX_QUEUE = 25  # (GM_MAX_QUEUE, function, size): the admin `maxqueue`; 0 lifts the bound
+# version 4: Gearman as gearmand 1.1.20 does it (issue 28)
+GM_SUBMIT_KEEP = 40  # (GM_SUBMIT_KEEP, conn, function, unique, data, priority, background, run_at_ms):
+# GM_SUBMIT, except that a background submission coalescing with a foreground job makes
+# it a background job (kept when its clients leave), and maxqueue bounds the function's
+# jobs running or queued, as gearmand counts them (GM_SUBMIT: queued only)
+GM_REQUEUE = 41  # (GM_REQUEUE, conn, handle): the worker's CAN_DO_TIMEOUT ran out; the job
+# goes back to the end of its queue, as gearmand puts it back
 
 NAMES = {
     TICK: "tick",
@@ -95,6 +102,8 @@ NAMES = {
     GM_FINISH: "gearman-finish",
     GM_DROP_CONN: "gearman-drop-conn",
     GM_MAX_QUEUE: "gearman-max-queue",
+    GM_SUBMIT_KEEP: "gearman-submit-keep",
+    GM_REQUEUE: "gearman-requeue",
 }
 
 

@@ -28,9 +28,13 @@ Decisions (docs/gearman.md describes them for users):
   are dropped, and running ones finish without anyone to tell. When the
   leader changes every connection goes, workers' too, so those running ones
   are dropped as well (drop_all_but). Background jobs always stay.
-- **maxqueue**: a function's queued (not running) jobs are bounded when set;
-  a submission beyond it is refused (QUEUE_FULL), as gearmand answers.
-- **Scheduled jobs** (SUBMIT_JOB_EPOCH / _SCHED) wait until an entry's stamp
+- **maxqueue**: a function's jobs, queued or running as gearmand counts them
+  (GM_SUBMIT, the older opcode: queued only), are bounded when set; a
+  submission beyond it is refused (QUEUE_FULL), as gearmand answers.
+- **A background submission of a foreground job's unique id** makes that job
+  background (GM_SUBMIT_KEEP): it was acknowledged as background, so it must
+  survive its foreground clients leaving and a change of leader.
+- **Scheduled jobs** (SUBMIT_JOB_EPOCH) wait until an entry's stamp
   reaches their time, like beanstalkd's delayed jobs.
 """
 
@@ -118,13 +122,21 @@ class GearmanState:
         return scheduled[0][0] if scheduled else None
 
     def submit(self, function: str, unique: bytes, data: bytes, priority: int, background: bool,
-               run_at: int, client: int, now: int) -> tuple:
-        """("CREATED", handle) — the existing job's handle when the unique id matches — or QUEUE_FULL."""
+               run_at: int, client: int, now: int, as_gearmand: bool = False) -> tuple:
+        """("CREATED", handle) — the existing job's handle when the unique id matches — or QUEUE_FULL.
+
+        as_gearmand (GM_SUBMIT_KEEP; GM_SUBMIT, logged before it, keeps its old meaning):
+        a background submission that coalesces with a foreground job makes that job
+        background, so that the acknowledged background submission is kept when the
+        foreground clients leave; and maxqueue bounds the function's jobs queued or
+        running, as gearmand 1.1.20 counts them (else queued ones only)."""
         self.advance(now)
         if unique:
             handle = self.by_unique.get((function, _key(unique, data)))
             if handle is not None:
                 job = self.jobs[handle]
+                if background and as_gearmand:
+                    job.background = True
                 if not background:
                     # Once per submission, as gearmand counts them: a connection that
                     # submitted twice is told twice (GET_STATUS_UNIQUE counts both).
@@ -132,7 +144,7 @@ class GearmanState:
                     self._hold(client, handle)
                 return ("CREATED", handle)
         fn = self._function(function)
-        if fn.max_queue and fn.queued >= fn.max_queue:
+        if fn.max_queue and fn.queued + (fn.running if as_gearmand else 0) >= fn.max_queue:
             return QUEUE_FULL
         handle = f"{HANDLE_PREFIX}{self.next_handle}"
         self.next_handle += 1
@@ -210,6 +222,22 @@ class GearmanState:
             return NOT_FOUND
         self._remove(job)
         return ("ENDED", tuple(job.clients))
+
+    def requeue(self, worker: int, handle: str) -> tuple:
+        """The worker ran out of its CAN_DO_TIMEOUT: its job goes back to the end of its
+        queue, as when the worker goes away (gearmand 1.1.20 does the same); the worker's
+        late result then finds no job. ("REQUEUED",) or NOT_FOUND."""
+        job = self._running_for(worker, handle)
+        if job is None:
+            return NOT_FOUND
+        fn = self.functions[job.function]
+        self._let_go(worker, handle)
+        fn.running -= 1
+        fn.queued += 1
+        job.state, job.worker = QUEUED, None
+        job.numerator = job.denominator = 0
+        self._enqueue(job, at_head=False)
+        return ("REQUEUED",)
 
     def _running_for(self, worker: int, handle: str) -> GearmanJob | None:
         job = self.jobs.get(handle)
@@ -324,6 +352,16 @@ class GearmanState:
         """The admin `status` lines' first columns: (function, total, running), by name."""
         return [(fn.name, fn.queued + fn.running, fn.running) for fn in sorted(self.functions.values(),
                                                                                  key=lambda f: f.name)]
+
+
+    def priority_counts(self) -> dict[str, tuple[int, int, int]]:
+        """The admin `prioritystatus` columns: function -> its queued (not running) jobs
+        by priority, (high, normal, low); every function with a job or a bound."""
+        counts = {name: [0, 0, 0] for name in self.functions}
+        for job in self.jobs.values():
+            if job.state == QUEUED:
+                counts[job.function][job.priority] += 1
+        return {name: tuple(c) for name, c in counts.items()}
 
 
 def _key(unique: bytes, data: bytes) -> bytes:

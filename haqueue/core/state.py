@@ -530,7 +530,7 @@ class QueueState:
         return self.ids.set_rules(records)  # validates every record; never raises
     # Gearman (core/gearman.py): arguments checked here, the state machine trusts them.
     def _gm_submit(self, cmd: tuple, now: int) -> tuple:
-        _, conn, function, unique, data, priority, background, run_at = cmd
+        op, conn, function, unique, data, priority, background, run_at = cmd
         if (type(conn) is not int or type(function) is not str or type(unique) is not bytes
                 or type(data) is not bytes or type(priority) is not int or type(background) is not bool
                 or type(run_at) is not int or not G.HIGH <= priority <= G.LOW):
@@ -539,7 +539,8 @@ class QueueState:
             # A dead leader's client, its command forwarded late: nobody would
             # ever hear of this job, and nothing would end it.
             return NOT_FOUND
-        return self.gearman.submit(function, unique, data, priority, background, run_at, conn, now)
+        return self.gearman.submit(function, unique, data, priority, background, run_at, conn, now,
+                                   as_gearmand=op == C.GM_SUBMIT_KEEP)
 
     def _gm_grab(self, cmd: tuple, now: int) -> tuple:
         _, conn, functions = cmd
@@ -562,6 +563,12 @@ class QueueState:
         if type(conn) is not int or type(handle) is not str:
             return self._malformed()
         return self.gearman.finish(conn, handle)
+
+    def _gm_requeue(self, cmd: tuple, now: int) -> tuple:
+        _, conn, handle = cmd
+        if type(conn) is not int or type(handle) is not str:
+            return self._malformed()
+        return self.gearman.requeue(conn, handle)
 
     def _gm_drop_conn(self, cmd: tuple, now: int) -> tuple:
         _, conn = cmd
@@ -832,4 +839,6 @@ _HANDLERS = {
     C.GM_FINISH: QueueState._gm_finish,
     C.GM_DROP_CONN: QueueState._gm_drop_conn,
     C.GM_MAX_QUEUE: QueueState._gm_max_queue,
+    C.GM_SUBMIT_KEEP: QueueState._gm_submit,
+    C.GM_REQUEUE: QueueState._gm_requeue,
 }

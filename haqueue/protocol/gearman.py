@@ -13,8 +13,14 @@ so it may hold NULs (a job's workload). Each type has a fixed number of
 arguments (FIELDS); framing is by the size field only, never by scanning.
 
 Bad input gets an event, never an exception: `ProtocolError` names the
-problem and whether the stream can go on (an unknown type or a wrong argument
-count leaves the framing intact; a bad magic or an oversized packet does not).
+problem, the ERROR code and text gearmand 1.1.20 answers it with (if any),
+and whether the stream can go on, as gearmand decides:
+- "\\0RES" (a response's magic) is answered INVALID_MAGIC and the packet,
+  framed by its size, skipped; any other magic closes the stream unanswered;
+- a type gearmand numbers but does not serve (5) is INVALID_COMMAND; a type
+  beyond its numbering (0, 43 and up) closes the stream unanswered;
+- a wrong argument count is INVALID_COMMAND (gearmand closes: haqueue says
+  why), an oversized packet an ERROR and a close.
 A packet bigger than `max_packet` is refused from its header alone, before its
 data is buffered, so a client cannot make the server hold an arbitrary
 amount of memory; an admin line is bounded by MAX_LINE the same way.
@@ -99,7 +105,18 @@ class AdminLine:
 @dataclass(frozen=True)
 class ProtocolError:
     reason: str
-    fatal: bool  # the stream's framing is lost: answer, then close
+    fatal: bool  # the stream's framing is lost: answer (if answered), then close
+    code: bytes = b"INVALID_COMMAND"  # the ERROR packet's code
+    text: bytes | None = None  # the ERROR packet's text (None: the reason)
+    answered: bool = True  # False: gearmand closes without a word, and so does haqueue
+
+    @property
+    def error_text(self) -> bytes:
+        return self.reason.encode() if self.text is None else self.text
+
+
+NOT_EXPECTED = b"Command not expected"  # gearmand's text for a type it does not serve
+LAST_TYPE = max(PACKETS)  # gearmand's numbering ends here (GEARMAN_COMMAND_MAX - 1)
 
 
 NEED_DATA = object()  # sentinel: feed more bytes
@@ -148,22 +165,30 @@ class GearmanDecoder:
             return NEED_DATA
         if buffer[0] != 0:
             return self._admin_line()
-        if len(buffer) >= 4 and buffer[:4] != self.magic:
-            # Known from its first four bytes, however the header arrives.
-            return self._fail(f"bad magic {bytes(buffer[:4])!r} (expected {self.magic!r})")
+        reversed_magic = RES if self.magic == REQ else REQ
+        if len(buffer) >= 4 and buffer[:4] != self.magic and buffer[:4] != reversed_magic:
+            # Known from its first four bytes, however the header arrives: not Gearman.
+            return self._fail(f"bad magic {bytes(buffer[:4])!r} (expected {self.magic!r})", answered=False)
         if len(buffer) < HEADER.size:
             return NEED_DATA
         magic, type_, size = HEADER.unpack_from(buffer)
         if size > self.max_packet:
             return self._fail(f"packet of {size} bytes, more than the {self.max_packet} allowed")
+        if type_ == 0 or type_ > LAST_TYPE:
+            return self._fail(f"unknown packet type {type_}", answered=False)
         end = HEADER.size + size
         if len(buffer) < end:
             return NEED_DATA
         data = bytes(buffer[HEADER.size:end])
         del buffer[:end]
+        if magic != self.magic:
+            # The other side's magic, framed as a packet: answered, skipped, the stream goes on.
+            return ProtocolError(f"bad magic {magic!r} (expected {self.magic!r})", fatal=False,
+                                 code=b"INVALID_MAGIC",
+                                 text=b"Request magic expected" if self.magic == REQ else None)
         spec = PACKETS.get(type_)
         if spec is None:
-            return ProtocolError(f"unknown packet type {type_}", fatal=False)
+            return ProtocolError(f"unassigned packet type {type_}", fatal=False, text=NOT_EXPECTED)
         name, fields = spec
         if fields == 0:
             if data:
@@ -185,7 +210,13 @@ class GearmanDecoder:
         del buffer[:end + 1]
         return AdminLine(line)
 
-    def _fail(self, reason: str) -> ProtocolError:
+    def stop(self) -> None:
+        """Read nothing more: what is buffered and what arrives is dropped (the session
+        closes the connection, as gearmand does on some well-framed requests)."""
         self._broken = True
         self._buffer.clear()
-        return ProtocolError(reason, fatal=True)
+
+    def _fail(self, reason: str, answered: bool = True) -> ProtocolError:
+        self._broken = True
+        self._buffer.clear()
+        return ProtocolError(reason, fatal=True, code=b"INVALID_PACKET", answered=answered)

@@ -67,6 +67,11 @@ class Listen:
     port: int = 11300
     unix_path: str | None = None
     sock: socket.socket | None = None
+    # Connections the early socket accepted while the node started, each with the
+    # monotonic time its first bytes were readable (or None) and how many they were
+    # (haqueue/cli/arrivals.py): served as the listener's own, their first commands'
+    # delays and timeouts counted from then (session.py, arrived_early).
+    arrived: list = field(default_factory=list)
     # The cluster's virtual IP: the leader listens there too, so clients of
     # the VIP reach it as soon as keepalived moves the address here. Bound
     # with IP_FREEBIND, since the address arrives after leadership does.
@@ -346,6 +351,7 @@ class QueueServer:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
         self.serving = True
+        await self._serve_arrived()
         if self.gearman is not None:
             # After `serving`: a Gearman connection accepted while the VIP is being bound
             # is served, not turned away.
@@ -455,6 +461,21 @@ class QueueServer:
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
         return Session(self, self.next_conn_id())
+
+    async def _serve_arrived(self) -> None:
+        """The connections the early socket accepted while the node started (Listen.arrived),
+        served once the node serves (a session aborts before), oldest first."""
+        arrived, self.options.listen.arrived = self.options.listen.arrived, []
+        tls = self._tls_options()
+        for conn, first_at, count in arrived:
+            await self.loop.connect_accepted_socket(partial(self._arrived_session, first_at, count),
+                                                    sock=conn, **tls)
+
+    def _arrived_session(self, first_at: float | None, count: int) -> Session | RefusedConnection:
+        session = self._new_session()
+        if first_at is not None and type(session) is Session:
+            session.arrived_early(first_at, count)
+        return session
 
     def next_conn_id(self) -> int:
         """A connection id no other connection of any leader has: (term << 32) | serial."""

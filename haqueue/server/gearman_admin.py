@@ -6,6 +6,8 @@ On the Gearman port, a line that does not start with NUL is an admin command
 (tests/differential/test_gearman_differential.py):
 
     status               FUNCTION\\tTOTAL\\tRUNNING\\tAVAILABLE_WORKERS lines, then "."
+    prioritystatus       FUNCTION\\tHIGH\\tNORMAL\\tLOW\\tAVAILABLE_WORKERS lines (queued
+                         jobs by priority; running ones are in none), then "."
     workers              FD IP-ADDRESS CLIENT-ID : FUNCTION ... lines, newest first, then "."
     maxqueue F [N]       OK (N: the function's bound on queued jobs; none or 0: no bound)
     version              OK <version>
@@ -13,18 +15,27 @@ On the Gearman port, a line that does not start with NUL is an admin command
     shutdown [graceful]  OK, then the node stops (graceful: once every Gearman
                          connection has closed, new ones refused meanwhile)
 
-Deliberate differences: `maxqueue` is enforced (gearmand 1.1.20 accepts the
-bound and ignores it) and replicated; `shutdown` is implemented (gearmand
+Both list every function with jobs, a bound or a connected worker, and every
+function named on this leader (by CAN_DO or a submission) with zeros, as
+gearmand lists every function it was ever told of (up to MAX_NAMED_FUNCTIONS
+of them here, and until the leader changes: see docs/gearman.md).
+
+Deliberate differences: `maxqueue` of a function nobody named yet sets its
+bound (gearmand 1.1.20 ignores it), replicated; one bound per function, the
+largest of the per-priority numbers; `shutdown` is implemented (gearmand
 1.1.20 answers UNKNOWN_COMMAND); `version` names haqueue's version; the FD
 column is the connection's number on this leader, not a file descriptor;
-`status` lists the functions that have jobs, a bound or a connected worker
-(gearmand never forgets a function once named).
+lines are ordered by function name.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import quote_plus
+
+# Functions named on one leader that `status` remembers without jobs or workers: a client
+# naming random functions costs at most this many names.
+MAX_NAMED_FUNCTIONS = 65536
 
 UNKNOWN = b"ERR UNKNOWN_COMMAND Unknown+server+command"
 INCOMPLETE = b"ERR INVALID_ARGUMENTS An+incomplete+set+of+arguments+was+sent+to+this+command+"
@@ -34,14 +45,25 @@ def unknown_command(word: bytes) -> bytes:
     return UNKNOWN + quote_plus(word.decode("latin-1")).encode() + b"\r\n"
 
 
-def status_lines(counts: list[tuple[str, int, int]], workers: dict[str, int]) -> bytes:
+def status_lines(counts: list[tuple[str, int, int]], workers: dict[str, int], named=()) -> bytes:
     """counts: (function, total, running) of the replicated state; workers: connected
-    workers per function on this leader."""
+    workers per function on this leader; named: functions named on this leader."""
     rows = {name: (total, running) for name, total, running in counts}
-    for name in workers:
-        rows.setdefault(name, (0, 0))
-    out = [b"%s\t%d\t%d\t%d\n" % (name.encode("latin-1"), total, running, workers.get(name, 0))
-           for name, (total, running) in sorted(rows.items())]
+    return _table(rows, (0, 0), workers, named)
+
+
+def priority_status_lines(counts: dict[str, tuple[int, int, int]], workers: dict[str, int],
+                          named=()) -> bytes:
+    """counts: function -> queued jobs (high, normal, low) of the replicated state."""
+    return _table(counts, (0, 0, 0), workers, named)
+
+
+def _table(rows: dict, zeros: tuple, workers: dict[str, int], named) -> bytes:
+    rows = dict(rows)
+    for name in (*workers, *named):
+        rows.setdefault(name, zeros)
+    out = [b"\t".join((name.encode("latin-1"), *(b"%d" % n for n in (*numbers, workers.get(name, 0))))) + b"\n"
+           for name, numbers in sorted(rows.items())]
     return b"".join(out) + b".\n"
 
 

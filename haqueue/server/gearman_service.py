@@ -69,6 +69,10 @@ class GearmanService:
         self.sessions: dict[int, GearmanSession] = {}
         self.workers: dict[str, set[GearmanSession]] = {}  # function -> connections that can do it
         self.sleepers: dict[str, set[GearmanSession]] = {}  # function -> those waiting for a NOOP
+        # Functions named on this leader (CAN_DO, a submission): `status` lists them with
+        # no job and no worker, as gearmand lists every function it was ever told of;
+        # bounded (the oldest forgotten first), and gone with the leadership.
+        self.named: dict[str, None] = {}
         self._listeners: list[asyncio.AbstractServer] = []
         self._vip_retry: asyncio.TimerHandle | None = None
         self.open_ = False
@@ -171,7 +175,16 @@ class GearmanService:
             self.server.request_stop()
 
     # ------------------------------------------------------------- abilities
+    def name_function(self, function: str) -> None:
+        named = self.named
+        if function in named:
+            return
+        named[function] = None
+        if len(named) > A.MAX_NAMED_FUNCTIONS:
+            del named[next(iter(named))]
+
     def set_ability(self, session: GearmanSession, function: str, timeout: int) -> None:
+        self.name_function(function)
         session.abilities[function] = timeout
         self.workers.setdefault(function, set()).add(session)
         if session.sleeping:
@@ -244,8 +257,10 @@ class GearmanService:
         command = words[0].lower() if words else b""
         if command == b"status":
             counts = self.server.state.gearman.function_counts()
-            workers = {name: len(members) for name, members in self.workers.items()}
-            session._reply(A.status_lines(counts, workers))
+            session._reply(A.status_lines(counts, self._worker_counts(), self.named))
+        elif command == b"prioritystatus":
+            counts = self.server.state.gearman.priority_counts()
+            session._reply(A.priority_status_lines(counts, self._worker_counts(), self.named))
         elif command == b"workers":
             session._reply(A.workers_lines(self.sessions.values()))
         elif command == b"version":
@@ -263,6 +278,9 @@ class GearmanService:
             self._shutdown(graceful=len(words) == 2)
         else:
             session._reply(A.unknown_command(command))
+
+    def _worker_counts(self) -> dict[str, int]:
+        return {name: len(members) for name, members in self.workers.items()}
 
     def _shutdown(self, graceful: bool) -> None:
         log.info("Gearman admin asked for shutdown%s", " (graceful)" if graceful else "")

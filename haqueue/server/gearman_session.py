@@ -28,18 +28,21 @@ INPUT_HIGH, so TCP pushes back; one that does not read what it is sent is
 closed at OUTPUT_HARD, or after output_timeout above OUTPUT_HIGH. Each
 connection runs at most COMMANDS_PER_TURN requests, then yields (turns.py).
 
-Bad input: a packet whose framing is lost (wrong magic, larger than the job
-size allows, an admin line without end) gets an ERROR packet and a close; a
-packet of an unknown type, with the wrong number of arguments, over an
-argument limit or sent by the wrong role gets an ERROR and the connection
-goes on. Nothing a client sends raises out of here.
+Bad input is answered as gearmand 1.1.20 answers it (the differential tests
+in tests/gearman/test_gearman_differential.py hold both to it): a magic that
+is not Gearman's or a type beyond gearmand's numbering closes the connection
+without a word; a response's magic, a response type sent by a client, a
+request gearmand does not serve (SUBMIT_JOB_SCHED, SUBMIT_REDUCE_JOB*,
+ALL_YOURS) get an ERROR and the connection goes on; so do a wrong argument
+count (gearmand closes) and an argument over gearmand's limits. A packet
+larger than MAX_PACKET (or the job size, for a submission) gets an ERROR and
+a close. Nothing a client sends raises out of here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from functools import partial
 
@@ -55,33 +58,44 @@ from haqueue.server.limits import (COMMANDS_PER_TURN, MAX_IN_FLIGHT, OUTPUT_HARD
 
 log = logging.getLogger(__name__)
 
-# gearmand's limits (libgearman-1.0/limits.h): a function name, a unique id, a client id.
+# gearmand's limits (libgearman-1.0/limits.h): a function name, a unique id, a client id,
+# a job handle (GEARMAND_JOB_HANDLE_SIZE 64, with its NUL: 63 bytes fit).
 MAX_FUNCTION = 512
 MAX_UNIQUE = 64
 MAX_CLIENT_ID = 64
+MAX_HANDLE = 63
 # Room for a submit's function and unique id besides its data, in the decoder's packet bound.
 ARGUMENT_ROOM = MAX_FUNCTION + MAX_UNIQUE + 64
+# Any packet up to this size is read (gearmand reads 64 MiB and more): a worker's result,
+# an ECHO_REQ. It is the output bound (limits.OUTPUT_HARD) too, so whatever is read can be
+# answered or forwarded to a client that reads it; a submission's data is bounded by -z.
+MAX_PACKET = OUTPUT_HARD - P.HEADER.size  # a forwarded copy alone stays within the bound
 
-_SUBMITS = {  # packet -> (priority, background)
+_SUBMITS = {  # packet -> (priority, background); SUBMIT_JOB_SCHED: gearmand does not serve it
     "SUBMIT_JOB": (NORMAL, False), "SUBMIT_JOB_BG": (NORMAL, True),
     "SUBMIT_JOB_HIGH": (HIGH, False), "SUBMIT_JOB_HIGH_BG": (HIGH, True),
     "SUBMIT_JOB_LOW": (LOW, False), "SUBMIT_JOB_LOW_BG": (LOW, True),
-    "SUBMIT_JOB_SCHED": (NORMAL, True), "SUBMIT_JOB_EPOCH": (NORMAL, True),
+    "SUBMIT_JOB_EPOCH": (NORMAL, True),
 }
 _WRITE, _READ, _LOCAL = range(3)
 _KIND = dict.fromkeys(_SUBMITS, _WRITE)
 _KIND.update(dict.fromkeys(("GRAB_JOB", "GRAB_JOB_UNIQ", "GRAB_JOB_ALL", "WORK_STATUS", "WORK_COMPLETE",
                             "WORK_FAIL", "WORK_EXCEPTION"), _WRITE))
 _KIND.update(dict.fromkeys(("GET_STATUS", "GET_STATUS_UNIQUE", "WORK_DATA", "WORK_WARNING"), _READ))
-_READ_LINES = {b"status", b"workers"}
+_READ_LINES = {b"status", b"workers", b"prioritystatus"}
 
 
 def error(code: bytes, text: bytes) -> bytes:
     return P.response("ERROR", code, text)
 
 
-NOT_EXPECTED = error(b"INVALID_COMMAND", b"Command not expected")
+NOT_EXPECTED = error(b"INVALID_COMMAND", P.NOT_EXPECTED)
 JOB_NOT_FOUND = error(b"JOB_NOT_FOUND", b"Job given in work result not found")
+# gearmand's answers, word for word.
+HANDLE_TOO_LARGE = error(b"ARGUMENT_TOO_LARGE",
+                         b"Error occurred due to GEARMAND_JOB_HANDLE_SIZE being too small from snprintf")
+UNIQUE_TOO_LARGE = error(b"ARGUMENT_TOO_LARGE", b"Unique value too large")
+QUEUE_ERROR = error(b"QUEUE_ERROR", b"Job queue is full")
 
 
 class GearmanSession(Connection):
@@ -91,7 +105,7 @@ class GearmanSession(Connection):
         super().__init__(service.server)  # connection.py: slots, output and input bounds, the lease
         self.service = service  # gearman_service.GearmanService
         self.conn_id = conn_id
-        self.decoder = P.GearmanDecoder(max_packet=self.host.max_job_size + ARGUMENT_ROOM)
+        self.decoder = P.GearmanDecoder(max_packet=max(MAX_PACKET, self.host.max_job_size + ARGUMENT_ROOM))
         self.peer = "-"
         self.queue: deque = deque()  # at most the one decoded request the pipeline waits on
         self.in_flight = 0
@@ -213,7 +227,7 @@ class GearmanSession(Connection):
             return _KIND.get(event.name, _LOCAL)
         if type(event) is AdminLine:
             words = event.line.split()
-            if words and words[0] in _READ_LINES:
+            if words and words[0].lower() in _READ_LINES:  # admin words in any case
                 return _READ
         return _LOCAL
 
@@ -259,13 +273,17 @@ class GearmanSession(Connection):
     # ------------------------------------------------------------- requests
     def _protocol_error(self, event: ProtocolError) -> None:
         self.host.counters.gearman_errors += 1
+        if event.answered:
+            self._reply(error(event.code, event.error_text))
         if event.fatal:
-            code = b"INVALID_MAGIC" if event.reason.startswith("bad magic") else b"INVALID_PACKET"
-            self._reply(error(code, event.reason.encode()))
-            self.quitting = True
-            self.queue.clear()
-        else:
-            self._reply(error(b"INVALID_COMMAND", event.reason.encode()))
+            self._close_after_replies()
+
+    def _close_after_replies(self) -> None:
+        """Read nothing more; close once what is owed is written (gearmand closes at once;
+        the replies before are the earlier requests')."""
+        self.quitting = True
+        self.queue.clear()
+        self.decoder.stop()
 
     def _packet(self, packet: Packet) -> None:
         handler = _HANDLERS.get(packet.name)
@@ -282,13 +300,14 @@ class GearmanSession(Connection):
         run_at = 0
         if name == "SUBMIT_JOB_EPOCH":
             run_at = _epoch_ms(args[2])
-        elif name == "SUBMIT_JOB_SCHED":
-            run_at = next_scheduled_ms(args[2:7], int(time.time() * 1000))
         if run_at is None:
             self._reply(error(b"INVALID_ARGUMENTS", b"Bad schedule"))
             return
-        if len(function) > MAX_FUNCTION or len(unique) > MAX_UNIQUE:
-            self._reply(error(b"INVALID_ARGUMENTS", b"Function name or unique id too long"))
+        if len(unique) > MAX_UNIQUE:
+            self._reply(UNIQUE_TOO_LARGE)
+            return
+        if len(function) > MAX_FUNCTION:
+            self._reply(error(b"INVALID_ARGUMENTS", b"Function name too long"))
             return
         if len(data) > self.host.max_job_size:
             self._reply(error(b"DATA_TOO_LARGE", b"Job data larger than the server allows"))
@@ -301,15 +320,20 @@ class GearmanSession(Connection):
             self._reply(error(b"MEMORY_ALLOCATION_FAILURE", b"Server is out of memory"))
             return
         if not self.host.disk.admits(len(data) + len(unique) + len(function)):
-            # Below the disk reserve (disk_reserve.py): gearmand's answer when it
-            # cannot take a job for now (docs/gearman.md, "Disk reserve").
-            self._reply(error(b"queue_full", b"Job queue is full"))
+            # Below the disk reserve (disk_reserve.py): gearmand's answer for a full
+            # queue, as for maxqueue (docs/gearman.md, "Disk reserve").
+            self._reply(QUEUE_ERROR)
             return
-        self.submit((C.GM_SUBMIT, self.conn_id, function.decode("latin-1"), unique, data, priority,
-                     background, run_at), _created)
+        name = function.decode("latin-1")
+        self.service.name_function(name)
+        self.submit((C.GM_SUBMIT_KEEP, self.conn_id, name, unique, data, priority, background, run_at),
+                    _created)
 
     def _get_status(self, args) -> None:
         handle = args[0]
+        if len(handle) > MAX_HANDLE:
+            self._close_after_replies()  # gearmand closes the connection, unanswered
+            return
         known, running, numerator, denominator = self.host.state.gearman.status(
             handle.decode("latin-1"))
         self._reply(P.response("STATUS_RES", handle, b"1" if known else b"0", b"1" if running else b"0",
@@ -317,12 +341,16 @@ class GearmanSession(Connection):
 
     def _get_status_unique(self, args) -> None:
         unique = args[0]
+        if len(unique) >= MAX_UNIQUE:
+            # gearmand closes the connection, unanswered, though a submission may name 64 bytes
+            self._close_after_replies()
+            return
         known, running, numerator, denominator, waiting = self.host.state.gearman.status_by_unique(unique)
         self._reply(P.response("STATUS_RES_UNIQUE", unique, b"1" if known else b"0", b"1" if running else b"0",
                                b"%d" % numerator, b"%d" % denominator, b"%d" % waiting))
 
     def _option_req(self, args) -> None:
-        if args[0] == b"exceptions":
+        if args[0].lower() == b"exceptions":  # gearmand reads option names in any case
             self.exceptions = True
             self._reply(P.response("OPTION_RES", args[0]))
         else:
@@ -394,15 +422,13 @@ class GearmanSession(Connection):
         return P.response("JOB_ASSIGN_UNIQ", h, f, unique, data)  # GRAB_JOB_ALL too, as gearmand answers
 
     def _job_timed_out(self, handle: str) -> None:
-        """CAN_DO_TIMEOUT ran out: the job fails, as the protocol document says (gearmand
-        requeues it silently); its clients get WORK_FAIL, the worker's late result JOB_NOT_FOUND."""
+        """CAN_DO_TIMEOUT ran out: the job goes back to its queue for the next worker, as
+        gearmand 1.1.20 does (its clients hear nothing); the worker's late result gets
+        JOB_NOT_FOUND. Sleeping workers of the function are woken by the entry."""
         self.job_timers.pop(handle, None)
         if self.closed or not self.host.serving:
             return
-        service = self.service
-        self.host.batcher.submit((C.GM_FINISH, self.conn_id, handle),
-                               lambda result: result is not None and result[0] == "ENDED" and
-                               service.forward(result[1], "WORK_FAIL", handle.encode()))
+        self.host.batcher.submit((C.GM_REQUEUE, self.conn_id, handle), _ignore)
 
     def _work_status(self, args) -> None:
         handle, numerator, denominator = args
@@ -422,6 +448,9 @@ class GearmanSession(Connection):
 
     def _work_end(self, name: str, args) -> None:
         handle = args[0]
+        if name == "WORK_FAIL" and len(handle) > MAX_HANDLE:
+            self._reply(HANDLE_TOO_LARGE)  # gearmand copies WORK_FAIL's handle into its buffer
+            return
         h = handle.decode("latin-1")
         timer = self.job_timers.pop(h, None)
         if timer is not None:
@@ -451,8 +480,12 @@ def _created(result: tuple) -> bytes | None:
     if result[0] == "CREATED":
         return P.response("JOB_CREATED", result[1].encode())
     if result[0] == "QUEUE_FULL":
-        return error(b"queue_full", b"Job queue is full")
+        return QUEUE_ERROR
     return None  # NOT_FOUND: a dead leader's connection; it is closed
+
+
+def _ignore(result) -> None:
+    pass
 
 
 def _epoch_ms(text: bytes) -> int | None:
@@ -461,39 +494,6 @@ def _epoch_ms(text: bytes) -> int | None:
     except ValueError:
         return None
     return max(0, epoch) * 1000
-
-
-def next_scheduled_ms(fields: tuple, now_ms: int) -> int | None:
-    """SUBMIT_JOB_SCHED's minute, hour, day of month, month, day of week (UTC; empty:
-    any; day of week 0 = Sunday, as cron) -> the next matching minute after now, in
-    ms; None if a field is not a number in its range or nothing matches in 8 years."""
-    ranges = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
-    wanted = []
-    for text, (low, high) in zip(fields, ranges):
-        if text == b"":
-            wanted.append(None)
-            continue
-        try:
-            value = int(text)
-        except ValueError:
-            return None
-        if not low <= value <= high:
-            return None
-        wanted.append(value)
-    minute, hour, mday, month, wday = wanted
-    start = (now_ms // 60_000 + 1) * 60  # the next whole minute, in seconds
-    day = start - start % 86400
-    for _ in range(366 * 8):
-        t = time.gmtime(day)
-        if ((mday is None or t.tm_mday == mday) and (month is None or t.tm_mon == month)
-                and (wday is None or (t.tm_wday + 1) % 7 == wday)):
-            for h in range(24) if hour is None else (hour,):
-                for m in range(60) if minute is None else (minute,):
-                    at = day + h * 3600 + m * 60
-                    if at >= start:
-                        return at * 1000
-        day += 86400
-    return None
 
 
 _HANDLERS = {name: (lambda name: lambda s, args: s._submit_job(name, args))(name) for name in _SUBMITS}
@@ -518,5 +518,6 @@ _HANDLERS.update({
     "WORK_DATA": lambda s, args: s._work_data("WORK_DATA", args),
     "WORK_WARNING": lambda s, args: s._work_data("WORK_WARNING", args),
 })
-# SUBMIT_REDUCE_JOB*, ALL_YOURS and every response type: INVALID_COMMAND (gearmand's answer
-# to a packet it does not expect); docs/gearman.md lists them.
+# SUBMIT_JOB_SCHED, SUBMIT_REDUCE_JOB*, ALL_YOURS and every response type: INVALID_COMMAND
+# (gearmand's answer to a packet it does not expect; it serves SUBMIT_REDUCE_JOB*, haqueue
+# does not); docs/gearman.md lists them.

@@ -22,6 +22,11 @@ so other connections, new accepts and the admin port are served before it
 goes on; while a write waits for Raft, its next turn also waits for that
 (turns.py), so that the loop runs Raft's ticks before another round of it.
 
+Delays and timeouts (put, release, pause-tube, reserve-with-timeout) count from when
+the command is read, which is when it arrived, except for a connection that came while
+the node started: the commands that had arrived by then count from their arrival
+(`arrived_early`, haqueue/cli/arrivals.py), as beanstalkd, reading them at once, would.
+
 use, watch and ignore change only this connection (not logged); so does
 `haqueue-operator NAME` (haqueue's extension): a connection that names itself
 so has each change it logs recorded as an event (operator_events.py). Tube
@@ -110,6 +115,12 @@ class Session(Connection):
         self.is_producer = False
         self.is_worker = False
         self.operator: str | None = None  # "console at HOST:PORT": its changes are events
+        # Commands that arrived while the node started (arrived_early): how many are
+        # still to come, when they arrived, and that time for the command being run.
+        self.early: tuple[float, int] | None = None
+        self.early_left = 0
+        self.early_at = 0.0
+        self.command_arrived: float | None = None
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
@@ -128,8 +139,44 @@ class Session(Connection):
 
     def data_received(self, data: bytes) -> None:
         self.server.turns.raft_first()  # an overdue heartbeat before this connection's turn
+        if self.early is not None:
+            self._count_early_commands(data)
         self.parser.receive_data(data)
         self._input_arrived()
+
+    def arrived_early(self, at: float, count: int) -> None:
+        """The connection came while the node started (haqueue/cli/arrivals.py), and `count`
+        bytes of it had arrived by monotonic time `at`: the commands complete within them
+        count their delays and timeouts from then, as beanstalkd, reading them at once,
+        would have (never from earlier: every one of them was there by then)."""
+        self.early = (at, count)
+
+    def _count_early_commands(self, data: bytes) -> None:
+        at, count = self.early
+        self.early = None
+        probe = P.BeanstalkParser(self.server.max_job_size)
+        probe.receive_data(data[:count])  # the first read: they are its first bytes
+        commands = 0
+        event = probe.next_event()
+        while event is not P.NEED_DATA and event is not P.EOF:
+            commands += 1
+            event = probe.next_event()
+        self.early_left, self.early_at = commands, at
+
+    def _next_command_arrived(self) -> None:
+        """Which time the command about to run counts from (None: now)."""
+        if self.early_left:
+            self.early_left -= 1
+            self.command_arrived = self.early_at
+        else:
+            self.command_arrived = None
+
+    def _duration_ms(self, seconds: int) -> int:
+        """deadline_ms, less the time the command waited for the node to start."""
+        ms = deadline_ms(seconds)
+        if self.command_arrived is None or not ms:
+            return ms
+        return max(0, ms - int((time.monotonic() - self.command_arrived) * 1000))
 
     def eof_received(self):
         # The client sends no more. Every command it sent is still answered (a
@@ -194,6 +241,8 @@ class Session(Connection):
             budget -= 1
             if type(event) is P.ProtocolError:
                 queue.popleft()
+                if self.early_left or self.command_arrived is not None:
+                    self._next_command_arrived()
                 if event.counts_as is not None:
                     counters[event.counts_as] += 1
                 self._reply(event.reply)
@@ -219,6 +268,8 @@ class Session(Connection):
                     self._wait_for_lease()
                     break
             queue.popleft()
+            if self.early_left or self.command_arrived is not None:
+                self._next_command_arrived()
             if name in counters:
                 counters[name] += 1
             if not self.server.serving:
@@ -301,14 +352,14 @@ class Session(Connection):
         # applied, and list-tubes never showed a tube that held a job.
         tube = self.use
         server.directory.ref(tube)
-        self._submit((C.PUT, tube, pri, deadline_ms(delay), deadline_ms(max(ttr, 1)), body), len(body), tube)
+        self._submit((C.PUT, tube, pri, self._duration_ms(delay), deadline_ms(max(ttr, 1)), body), len(body), tube)
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
 
     def _release(self, args) -> None:
         job_id, pri, delay = args
-        self._submit((C.RELEASE, self.conn_id, job_id, pri, deadline_ms(delay)))
+        self._submit((C.RELEASE, self.conn_id, job_id, pri, self._duration_ms(delay)))
 
     def _bury(self, args) -> None:
         self._submit((C.BURY, self.conn_id, args[0], args[1]))
@@ -363,7 +414,7 @@ class Session(Connection):
         if not exists:
             self._reply(P.NOT_FOUND)
             return
-        self._submit((C.PAUSE_TUBE, name, deadline_ms(delay)))
+        self._submit((C.PAUSE_TUBE, name, self._duration_ms(delay)))
 
     def _reserve_job(self, args) -> None:
         self._submit((C.RESERVE_JOB, self.conn_id, args[0]))
@@ -495,7 +546,8 @@ class Session(Connection):
         self.is_worker = True
         self.reserving = True
         self.reserve_timed_out = False
-        self.reserve_deadline = None if timeout is None else time.monotonic() + timeout
+        start = time.monotonic() if self.command_arrived is None else self.command_arrived
+        self.reserve_deadline = None if timeout is None else start + timeout
         self.try_reserve()
 
     def try_reserve(self) -> bool:

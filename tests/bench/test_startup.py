@@ -24,6 +24,21 @@ def test_haqueue_starts_and_answers_put(tmp_path):
     assert 0.005 < cpu < 30  # an interpreter's start alone takes more than 5 ms
 
 
+def test_both_servers_start_and_answer_on_a_unix_socket():
+    for kind in ("beanstalkd", "haqueue"):
+        listening, answered, cpu = start_once(command(kind), unix=True)
+        assert 0 < listening <= answered < 30, kind
+
+
+def test_cli_measures_unix_socket_starts_and_says_so():
+    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--startup", "1", "--unix"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("start-up: 1 starts per server, taking turns, in memory, on a Unix socket;")
+    refused = CliRunner().invoke(bench, ["--server", "beanstalkd", "--unix"])
+    assert refused.exit_code != 0 and "--unix goes with --startup" in refused.output
+
+
 def test_summary_uses_nearest_rank():
     result = StartupResult("x", False, listening=[0.003, 0.001, 0.002], answered=[0.01, 0.02, 0.03])
     assert result.summary("listening") == {"count": 3, "min": 1.0, "p50": 2.0, "p90": 3.0, "max": 3.0}

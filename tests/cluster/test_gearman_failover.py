@@ -5,7 +5,8 @@ the VIP (127.0.0.100 on loopback). Background jobs acknowledged (JOB_CREATED)
 before the leader is SIGKILLed are all done after it, by a worker of the new
 leader, each exactly once; the jobs the old leader's worker was running come
 back; a foreground job dies with its client's connection (docs/gearman.md,
-"Failover"); handles keep growing across the change.
+"Failover"), unless a background submission named its unique id: then it is a
+background job and is done too; handles keep growing across the change.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ def test_background_jobs_acknowledged_before_a_leader_kill_are_all_done_after_it
     waiting = connect(port, time.monotonic() + 5)
     waiting.req("SUBMIT_JOB", b"nobody-works-on-this", b"fg-unique", b"x")
     assert parse(waiting.packet())[0] == "JOB_CREATED"
+    # A foreground job that a background submission then named by its unique id.
+    waiting.req("SUBMIT_JOB", b"survive", b"kept-unique", b"fg")
+    client.req("SUBMIT_JOB_BG", b"survive", b"kept-unique", b"bg")
+    kept = parse(waiting.packet())[1][0]
+    assert parse(client.packet()) == ("JOB_CREATED", (kept,))
+    acknowledged.append(kept)
 
     cluster.kill_node(old.id)
     for conn in (client, worker, waiting):

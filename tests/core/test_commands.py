@@ -87,8 +87,10 @@ def test_opcodes_keep_their_numbers():
     # Version 3 starts at 15: the id service owns 15-19, Gearman 20-39.
     assert (C.GM_SUBMIT, C.GM_GRAB, C.GM_WORK_STATUS, C.GM_FINISH, C.GM_DROP_CONN, C.GM_MAX_QUEUE) == \
         tuple(range(20, 26))
-    assert C.LOG_FORMAT_VERSION == 3
-    assert C.FIRST_OPCODE_OF_VERSION == {1: 0, 2: 14, 3: 15}
+    # Version 4 starts at 40: Gearman as gearmand does it (issue 28).
+    assert (C.GM_SUBMIT_KEEP, C.GM_REQUEUE) == (40, 41)
+    assert C.LOG_FORMAT_VERSION == 4
+    assert C.FIRST_OPCODE_OF_VERSION == {1: 0, 2: 14, 3: 15, 4: 40}
 
 
 def test_an_entry_carries_the_lowest_version_that_knows_its_commands():

@@ -132,3 +132,52 @@ def test_a_node_restored_from_a_snapshot_stays_in_step_with_one_that_applied_eve
             assert apply(restored, stamp, *batch).results == results
             assert restored.digest() == live.digest()
     assert live.internal_errors == 0
+
+
+def submit_keep(**fields):
+    return (C.GM_SUBMIT_KEEP, *submit(**fields)[1:])
+
+
+def test_a_background_submit_keep_of_a_foreground_jobs_unique_id_keeps_the_job_when_its_client_goes():
+    state = QueueState()
+    apply(state, T, submit(unique=b"u", background=False))
+    assert apply(state, T, submit_keep(conn=2 << 32 | 9, unique=b"u")).results == [("CREATED", "H:haqueue:1")]
+    apply(state, T, (C.GM_DROP_CONN, CLIENT))
+    assert state.gearman.status("H:haqueue:1") == (True, False, 0, 0)  # kept: it is background now
+    apply(state, T, (C.RELEASE_ORPHANS, (), 2))  # a change of leader keeps it too
+    worker = 2 << 32 | 1
+    assert apply(state, T, (C.GM_GRAB, worker, ("f",))).results == [("ASSIGN", "H:haqueue:1", "f", b"u", b"d")]
+    assert roundtrip(state).gearman.jobs["H:haqueue:1"].background
+
+
+def test_the_old_gm_submit_replays_as_it_was_applied_when_logged():
+    """An old journal's GM_SUBMIT keeps its meaning: the foreground job still ends with its client."""
+    state = QueueState()
+    apply(state, T, submit(unique=b"u", background=False), submit(conn=2 << 32 | 9, unique=b"u"))
+    apply(state, T, (C.GM_DROP_CONN, CLIENT))
+    assert state.gearman.status("H:haqueue:1") == (False, False, 0, 0)
+
+
+def test_submit_keep_bounds_running_and_queued_jobs_as_gearmand_counts_them():
+    state = QueueState()
+    apply(state, T, (C.GM_MAX_QUEUE, "f", 2), submit_keep(data=b"1"), submit_keep(data=b"2"))
+    apply(state, T, (C.GM_GRAB, WORKER, ("f",)))  # one runs, one is queued: two jobs
+    assert apply(state, T, submit_keep(data=b"3")).results == [("QUEUE_FULL",)]
+    assert apply(state, T, submit(data=b"3")).results == [("CREATED", "H:haqueue:3")]  # the old opcode: queued only
+
+
+def test_a_requeued_job_goes_to_the_end_of_its_queue_and_the_late_result_finds_nothing():
+    state = QueueState()
+    apply(state, T, submit(data=b"first"), submit(data=b"second", background=False))
+    apply(state, T, (C.GM_GRAB, WORKER, ("f",)))
+    apply(state, T, (C.GM_WORK_STATUS, WORKER, "H:haqueue:1", 1, 2))
+    assert apply(state, T, (C.GM_REQUEUE, WORKER, "H:haqueue:1")).results == [("REQUEUED",)]
+    assert state.gearman.status("H:haqueue:1") == (True, False, 0, 0)
+    assert state.gearman.function_counts() == [("f", 2, 0)]
+    assert apply(state, T, (C.GM_FINISH, WORKER, "H:haqueue:1")).results == [NOT_FOUND]
+    assert apply(state, T, (C.GM_REQUEUE, WORKER, "H:haqueue:1")).results == [NOT_FOUND]
+    other = 1 << 32 | 3
+    assert apply(state, T, (C.GM_GRAB, other, ("f",))).results[0][4] == b"second"
+    assert apply(state, T, (C.GM_GRAB, other, ("f",))).results[0][4] == b"first"
+    assert roundtrip(state).digest() == state.digest()
+    assert apply(state, T, (C.GM_REQUEUE, "x", 1)).results == [INTERNAL_ERROR]

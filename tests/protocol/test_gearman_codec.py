@@ -67,17 +67,20 @@ def test_admin_lines_and_packets_interleave_decided_by_the_first_byte():
     assert decode(stream, chunk=1) == expected
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"\0RES" + struct.pack(">II", 16, 0), "bad magic b'\\x00RES'"),
-    (b"\0XYZ", "bad magic"),
-    (b"\0REQ" + struct.pack(">II", 16, 1 << 30), "packet of 1073741824 bytes, more than"),
-    (b"x" * G.MAX_LINE, "admin line longer than 8192 bytes"),
+@pytest.mark.parametrize("data, reason, answered", [
+    (b"\0XYZ", "bad magic", False),  # not Gearman: gearmand closes without a word
+    (b"\0REQ" + struct.pack(">II", 0, 0), "unknown packet type 0", False),
+    (b"\0REQ" + struct.pack(">II", 43, 3) + b"abc", "unknown packet type 43", False),
+    (b"\0REQ" + struct.pack(">II", 99, 3) + b"abc", "unknown packet type 99", False),
+    (b"\0REQ" + struct.pack(">II", 16, 1 << 30), "packet of 1073741824 bytes, more than", True),
+    (b"x" * G.MAX_LINE, "admin line longer than 8192 bytes", True),
 ])
-def test_input_that_loses_the_framing_is_a_fatal_error_and_nothing_after_it_is_read(data, reason):
+def test_input_that_loses_the_framing_is_a_fatal_error_and_nothing_after_it_is_read(data, reason, answered):
     decoder = G.GearmanDecoder()
     decoder.receive_data(data)
     (event,) = events(decoder)
     assert isinstance(event, G.ProtocolError) and event.fatal and reason in event.reason
+    assert event.answered == answered
     decoder.receive_data(G.request("ECHO_REQ", b"after"))
     assert events(decoder) == [] and decoder.buffered == 0  # nothing held either
 
@@ -89,15 +92,20 @@ def test_an_oversized_packet_is_refused_from_its_header_before_its_data_arrives(
     assert event.fatal and "1025 bytes" in event.reason
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"\0REQ" + struct.pack(">II", 5, 0), "unknown packet type 5"),
-    (b"\0REQ" + struct.pack(">II", 99, 3) + b"abc", "unknown packet type 99"),
-    (b"\0REQ" + struct.pack(">II", 7, 4) + b"f\0ab", "SUBMIT_JOB takes 3 arguments, got 2"),
-    (b"\0REQ" + struct.pack(">II", 9, 2) + b"xx", "GRAB_JOB takes no arguments, got 2 bytes"),
+@pytest.mark.parametrize("data, reason, code, text", [
+    (b"\0RES" + struct.pack(">II", 16, 1) + b"x", "bad magic b'\\x00RES'", b"INVALID_MAGIC",
+     b"Request magic expected"),  # a response's magic: gearmand answers and reads on
+    (b"\0REQ" + struct.pack(">II", 5, 0), "unassigned packet type 5", b"INVALID_COMMAND",
+     b"Command not expected"),
+    (b"\0REQ" + struct.pack(">II", 7, 4) + b"f\0ab", "SUBMIT_JOB takes 3 arguments, got 2",
+     b"INVALID_COMMAND", None),
+    (b"\0REQ" + struct.pack(">II", 9, 2) + b"xx", "GRAB_JOB takes no arguments, got 2 bytes",
+     b"INVALID_COMMAND", None),
 ])
-def test_a_well_framed_bad_packet_is_an_error_the_stream_survives(data, reason):
+def test_a_well_framed_bad_packet_is_an_error_the_stream_survives(data, reason, code, text):
     (event, after) = decode(data + G.request("ECHO_REQ", b"ok"))
     assert isinstance(event, G.ProtocolError) and not event.fatal and reason in event.reason
+    assert (event.code, event.error_text) == (code, text or reason.encode()) and event.answered
     assert after == G.Packet(G.REQ, 16, (b"ok",))
 
 
@@ -126,3 +134,11 @@ def test_any_sequence_of_packets_decodes_to_itself(specs, chunk):
         stream += G.encode(G.REQ, number, *args)
         expected.append(G.Packet(G.REQ, number, args))
     assert decode(stream, chunk=chunk) == expected
+
+
+def test_a_stopped_decoder_drops_what_it_holds_and_what_arrives():
+    decoder = G.GearmanDecoder()
+    decoder.receive_data(G.request("ECHO_REQ", b"held"))
+    decoder.stop()
+    decoder.receive_data(G.request("ECHO_REQ", b"later"))
+    assert events(decoder) == [] and decoder.buffered == 0

@@ -1,7 +1,7 @@
 """The disk reserve on a real node whose data directory is a small tmpfs (root).
 
 Below the reserve (haqueue/server/disk_reserve.py) puts answer OUT_OF_MEMORY,
-Gearman submits `queue_full` and id reservations `disk_full`, while what drains
+Gearman submits `QUEUE_ERROR` and id reservations `disk_full`, while what drains
 the queue (reserve, bury, kick, release, delete) keeps working; freeing the
 space brings puts back without a restart. The three-node case, the file
 systems filling with the backlog itself, is tests/cluster/test_disk_reserve.py.
@@ -69,7 +69,7 @@ def test_below_the_disk_reserve_new_work_is_refused_draining_goes_on_and_resumes
         # Reserve: 1 MiB floor + max(-s, snapshot, journal) + snapshot = 2 MiB here.
         leave_free(data, 3 * MiB // 2)
         assert until_reply(conn, b"OUT_OF_MEMORY") == b"OUT_OF_MEMORY\r\n"
-        assert submit_bg(gear) == ("ERROR", (b"queue_full", b"Job queue is full"))
+        assert submit_bg(gear) == ("ERROR", (b"QUEUE_ERROR", b"Job queue is full"))
         refused = get_id(id_port)
         assert (refused["code"], refused["error"]) == (-1, "disk_full")
 
