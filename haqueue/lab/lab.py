@@ -4,12 +4,22 @@
 renders keepalived configs with the real `haqueue ops gen-keepalived`, mounts
 each node's data directory as its own small filesystem (an ext4 image or a
 tmpfs) and builds the fsync shim
-(storage.py), starts one `haqueue serve -f0 -s JOURNAL_SIZE` (durable, small
-journal so snapshots are frequent; with the sync-fault shim preloaded, so
-storage faults can be injected) and one keepalived per node namespace, and waits until
+(storage.py), starts one `haqueue serve -f0 -s JOURNAL_SIZE --disk-reserve off`
+(durable, small journal so snapshots are frequent; with the sync-fault shim
+preloaded, so storage faults can be injected) and one keepalived per node
+namespace, and waits until
 exactly the Raft leader holds the VIP. `Lab.down()` stops every process,
 unmounts every data filesystem (a loop device goes with its mount), deletes
 the images and removes every namespace the state file records.
+
+The disk reserve (server/disk_reserve.py) is off: the lab's disk-full faults fill
+a node's disk from outside, and what they test is ENOSPC's fatal path (the node
+exits, naming the file, and the VIP moves). With the reserve on, a node at the
+filled disk refuses puts and lives on until its journal outgrows the room it
+preallocated (in the lab: still leading 10 s after the fill, 824 puts refused);
+that is the reserve's own behaviour, tested on three nodes whose disks fill with
+the backlog itself by tests/cluster/test_disk_reserve.py. The other storage
+faults leave the disks room, so the reserve would not change them.
 
 Rules:
 - Processes are started with `ip netns exec NS ...` (which execs, so the PID
@@ -328,7 +338,8 @@ class Lab:
         if self.alive(node_id):
             return
         serve = [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
-                 "-b", str(self.data_dir(node_id)), "-f0", "-s", str(self.state.journal_size)]
+                 "-b", str(self.data_dir(node_id)), "-f0", "-s", str(self.state.journal_size),
+                 "--disk-reserve", "off"]  # the disk-full faults test ENOSPC (module docstring)
         argv = storage.node_argv(self.dir, node_id, self.shim_path, serve)
         self._spawn(node_id, self.state.node_ns(node_id), argv, group=False)
 
