@@ -92,8 +92,8 @@ def test_followers_on_a_disk_doing_one_write_a_second_keep_their_leader_and_send
         finally:
             disk.release()
             restore()
-        assert disk.on_loop == [], f"a follower synced on its loop: {disk.on_loop}"
-        assert disk.syncs >= 2 * 3, disk.syncs  # both followers' disks synced, slowly, all along
+        assert disk.on_loop == [], f"a follower synced on its loop: {sorted(set(disk.on_loop))}"
+        assert disk.syncs >= 2 * 2, disk.syncs  # both followers' disks synced, slowly, all along
         # The followers' loops went on: their keepalives reached the leader, at its term.
         assert len(keepalives) >= 2 * 3 / cluster.timing.heartbeat / 2 and set(keepalives) == {term}, keepalives
         assert len(outcomes) >= 20 and all(applied is not None and applied.results[0][0] == "INSERTED"
