@@ -40,8 +40,9 @@ is stored and at a clean close, never on its own; storing it once a second
 cost the event loop a rename and two fsyncs every second on a busy node.
 
 Entries that must be durable whatever the policy: an entry reserving ids
-(core/commands.reserves_ids) is synced before it is acknowledged or applied
-even with `-f MS` or `-F`, since the values it hands out must never be handed
+(core/commands.reserves_ids) is synced before it is acknowledged, and before
+a leader applies it (a follower applies what a majority holds, and hands out
+nothing), even with `-f MS` or `-F`, since the values it hands out must never be handed
 out again after a power loss (docs/id-service.md, "Durability"); and under
 `-f0` the no-op a new leader appends is synced as it is written, because
 pysyncobj counts the leader's own copy towards a commit without asking
