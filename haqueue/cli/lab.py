@@ -101,8 +101,10 @@ def down(directory: str) -> None:
     """
     the_lab = _lab(directory)
     gone = the_lab.down()
+    shared = str(the_lab.dir / "data")  # the mount the disks sit under (storage.make_shared_mount)
+    disks = [path for path in gone["mounts"] if path != shared]
     click.echo(f"stopped {len(gone['processes'])} processes, removed {len(gone['namespaces'])} namespaces, "
-               f"unmounted {len(gone['mounts'])} data disks")
+               f"unmounted {len(disks)} data disks" + (" and their shared mount" if shared in gone["mounts"] else ""))
 
 
 @lab.command()
