@@ -47,16 +47,18 @@ def lab() -> None:
 @click.option("--journal-size", type=click.IntRange(4096), default=65536, show_default=True,
               help="Each node's -s: journal bytes that trigger a snapshot (small: one every second or two "
                    "under the chaos workload).")
-@click.option("--disk-mib", type=click.IntRange(4, 4096), default=32, show_default=True,
-              help="Size of each node's data tmpfs (disk-full scenarios fill it).")
-def up(directory: str, prefix: str, journal_size: int, disk_mib: int) -> None:
+@click.option("--disk-mib", type=click.IntRange(16, 4096), default=32, show_default=True,
+              help="Size of each node's data filesystem (disk-full scenarios fill it).")
+@click.option("--disk", type=click.Choice(["ext4", "tmpfs"]), default="ext4", show_default=True,
+              help="Each node's data filesystem: an ext4 image on a loop device, or a tmpfs.")
+def up(directory: str, prefix: str, journal_size: int, disk_mib: int, disk: str) -> None:
     """Build the lab, start haqueue and keepalived on each node.
 
-    Each node's data directory is its own tmpfs of --disk-mib; each node runs
+    Each node's data directory is its own filesystem of --disk-mib; each node runs
     with a sync-fault shim preloaded (scripts/slow_fsync.c: EIO or a stall on
     demand), so the storage-fault scenarios can reach any node.
     """
-    the_lab = _lab(directory, prefix, journal_size=journal_size, disk_mib=disk_mib)
+    the_lab = _lab(directory, prefix, journal_size=journal_size, disk_mib=disk_mib, disk=disk)
     if the_lab.is_up:
         raise HaqueueError(f"a lab is already up in {directory}; run `haqueue lab down` first")
     try:
@@ -99,24 +101,38 @@ def down(directory: str) -> None:
     """
     the_lab = _lab(directory)
     gone = the_lab.down()
+    shared = str(the_lab.dir / "data")  # the mount the disks sit under (storage.make_shared_mount)
+    disks = [path for path in gone["mounts"] if path != shared]
     click.echo(f"stopped {len(gone['processes'])} processes, removed {len(gone['namespaces'])} namespaces, "
-               f"unmounted {len(gone['mounts'])} data disks")
+               f"unmounted {len(disks)} data disks" + (" and their shared mount" if shared in gone["mounts"] else ""))
 
 
 @lab.command()
 @dir_option
 @click.option("--scenario", required=True, help="kill-leader, pause-leader, partition-leader, isolate-leader, "
               "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
-              "disk-full-follower, eio-leader, kill-during-snapshot, stall-fsync-leader; and the one-way "
-              "cut-leader-to-follower; mix (random), all (each in turn), or several joined by commas "
+              "disk-full-follower, eio-leader, eio-follower, slowdisk-leader, slowdisk-follower, kill-during-snapshot, "
+              "stall-fsync-leader; issue 23's sequence-restarts and sequence-eio; and the one-way "
+              "cut-leader-to-follower; campaign (issue 23's storage campaign), mix (random), all (each in turn), "
+              "or several joined by commas "
               "(those in turn; NAME*N: N of it per round, the round shuffled, e.g. "
               "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/chaos.py.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
               help="Faults to inject (with `all` or a list: rounds of every scenario in it).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")
+@click.option("--max-gap", type=click.FloatRange(0), default=None,
+              help="Fail the run when clients got no acknowledged answer through the VIP for longer "
+                   "than this many seconds (issue 23's storage campaign: 5).")
+@click.option("--ballast", type=click.IntRange(0), default=0, show_default=True,
+              help="First top up a tube no worker watches to this many 100-byte jobs, so the state "
+                   "(snapshots, restarts, catch-ups) is as big as a long campaign's.")
+@click.option("--client-timeout", type=click.FloatRange(0.1, 60), default=None,
+              help="Seconds the queue workload's clients wait for an answer (default 1): a later answer "
+                   "counts as none, in failover and in the client-visible gap.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the full report here.")
-def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | None) -> None:
+def chaos(directory: str, scenario: str, runs: int, seed: int, max_gap: float | None, ballast: int,
+          client_timeout: float | None, json_path: str | None) -> None:
     """Inject faults under load, drain, check the history.
 
     The workload runs in the client namespace through the VIP; every
@@ -143,7 +159,8 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, json_path: str | 
         progress = Progress()
         started = time.monotonic()
         with progress.ticking(lambda: f"chaos {scenario}: {elapsed(started)} elapsed"):
-            report = run_chaos(the_lab, scenario, runs, seed, progress=progress.line)
+            report = run_chaos(the_lab, scenario, runs, seed, progress=progress.line, max_gap=max_gap,
+                               ballast=ballast, client_timeout=client_timeout)
     except LabError as exc:
         raise HaqueueError(f"chaos: {exc}") from None
     click.echo(format_report(report))

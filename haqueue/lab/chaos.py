@@ -30,11 +30,11 @@ Scenarios (each a function of the lab and a seeded random source):
   restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
-Storage faults (storage.py: each node's data directory is a small tmpfs, each
+Storage faults (storage.py: each node's data directory is a small filesystem, each
 node preloads a sync-fault shim, scripts/slow_fsync.c). A node hit by a disk fault
 must exit non-zero on its own with one line naming the file and the error;
 the fault records how long that took, its exit status and that line:
-  disk-full-leader   fill the leader's tmpfs (ENOSPC); once it has exited,
+  disk-full-leader   fill the leader's disk (ENOSPC); once it has exited,
                      remove the filler and restart it
   disk-full-follower the same on a follower: clients should see nothing
   eio-leader         make the leader's fsync and fdatasync fail with EIO;
@@ -52,6 +52,21 @@ the fault records how long that took, its exit status and that line:
   cut-leader-to-follower  drop the leader's packets to one follower, one
                      way only (a blackhole route in the leader's namespace),
                      for 2-4 s; records whether the leader kept its term
+  eio-follower       EIO on a follower's syncs: it exits; clients should see nothing
+  slowdisk-leader    every sync of the leader takes 1 s for 5 s (a disk doing one
+  slowdisk-follower  write a second), and the same on a follower; records the
+                     longest time no node served as leader meanwhile
+  sequence-restarts  issue 23's first sequence: kill -9 the leader and leave
+                     it down, the one follower left gets a slow disk for 5 s,
+                     restart the old leader, a follower's full disk (it exits,
+                     is freed, restarted), kill -9 of the leader restarted at
+                     once; each step records when a leader served again, and
+                     the VIP
+  sequence-eio       issue 23's second: EIO on the leader, the VIP's move, the
+                     old leader's restart
+  campaign           issue 23's storage campaign: each storage fault on the
+                     leader and on a follower, snapshot kills, both sequences
+                     (10 faults a round, shuffled)
   mix                each fault drawn at random from all of them
   all                each of them in turn (a plan of runs x 14 faults)
   A,B,...            the named ones in turn (runs x their number)
@@ -237,7 +252,8 @@ def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
     """Wait for a node hit by a disk fault to exit on its own; record how and how soon."""
     exited = wait_for(lambda: not lab.alive(node), NODE_EXIT_TIMEOUT, step=0.005)
     if not exited:
-        raise LabError(f"{fault['name']}: {node} still running {NODE_EXIT_TIMEOUT:g} s after the fault "
+        raise LabError(f"{fault.get('name', fault.get('step'))}: {node} still running {NODE_EXIT_TIMEOUT:g} s "
+                       f"after the fault "
                        f"(log {lab.log_path(node)}): {lab.describe()}")
     fault["exited_s"] = _elapsed(fault)
     lab.wait_exit(node)
@@ -286,6 +302,137 @@ def eio_leader(lab: Lab, rng: random.Random) -> dict:
     _await_storage_death(lab, leader, fault)
     _await_new_leader(lab, leader, fault)
     lab.start_node(leader)  # a new process: no failure point enabled
+    return fault
+
+
+def eio_follower(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    node = rng.choice([n for n in NODE_IDS if n != leader])
+    fault = _fault("eio-follower", node, leader=leader)
+    storage.fail_syncs(lab.dir, node)
+    _await_storage_death(lab, node, fault)
+    lab.start_node(node)
+    return fault
+
+
+SLOW_DISK_S = 5.0  # issue 23: a follower's disk did one write a second for 5 s
+SLOW_SYNC_US = 1_000_000
+
+
+def _slow_disk(lab: Lab, name: str, node: str, leader: str) -> dict:
+    """Every sync of `node` takes 1 s for SLOW_DISK_S; record who led meanwhile."""
+    fault = _fault(name, node, leader=leader, slow_s=SLOW_DISK_S)
+    storage.set_fsync_stall(lab.dir, node, SLOW_SYNC_US)
+    try:
+        fault["leaderless_s"] = _leaderless(lab, fault["t"] + SLOW_DISK_S)
+    finally:
+        storage.clear(lab.dir, node)
+    return fault
+
+
+def slow_disk_leader(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    return _slow_disk(lab, "slowdisk-leader", leader, leader)
+
+
+def slow_disk_follower(lab: Lab, rng: random.Random) -> dict:
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    return _slow_disk(lab, "slowdisk-follower", rng.choice([n for n in NODE_IDS if n != leader]), leader)
+
+
+def _leaderless(lab: Lab, until: float) -> float:
+    """Watch until `until`: the longest time no node served as leader (seconds). The
+    watching is the measurement, not synchronisation."""
+    longest, since = 0.0, None
+    while True:
+        now = time.monotonic()
+        if lab.leader() is None:
+            since = now if since is None else since
+            longest = max(longest, now - since)
+        else:
+            since = None
+        if now >= until:
+            return round(longest, 3)
+        time.sleep(0.02)
+
+
+def _step(lab: Lab, fault: dict, name: str, node: str | None, **extra) -> dict:
+    """One step of a sequence, recorded in fault["steps"] with its time from the sequence's start."""
+    step = {"step": name, "node": node, "t": round(time.monotonic(), 6), "at_s": _elapsed(fault), **extra}
+    fault.setdefault("steps", []).append(step)
+    return step
+
+
+def _served_again(lab: Lab, fault: dict, step: dict) -> str:
+    """Wait for a serving leader after a step; record how long it took from the step."""
+    began = time.monotonic()
+    leader = wait_for(lab.leader, RECOVERY_TIMEOUT, step=0.01)
+    step["leader_after_s"] = round(time.monotonic() - began, 3)
+    if leader is None:
+        raise LabError(f"{fault['name']}: no serving leader {RECOVERY_TIMEOUT:g} s after {step['step']} on "
+                       f"{step['node']}: {lab.describe()}")
+    step["leader"] = leader
+    moved = wait_for(lambda: lab.vip_holders() == [leader], RECOVERY_TIMEOUT, step=0.01)
+    step["vip_after_s"] = round(time.monotonic() - began, 3) if moved else None
+    return leader
+
+
+def sequence_restarts(lab: Lab, rng: random.Random) -> dict:
+    """Issue 23's first sequence: kill -9 the leader and leave it down; while it is down the
+    one follower left gets a slow disk (one write a second) for 5 s (`leaderless_s`: the
+    longest time nobody served meanwhile); restart the old leader; a follower's disk fills
+    (it exits, is freed, restarted); kill -9 the leader and restart it at once. Each step
+    records when a leader served again and when the VIP reached it; the next step waits
+    until the lab is whole again (one fault at a time, apart from the first two)."""
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    fault = _fault("sequence-restarts", leader)
+    old = leader
+    step = _step(lab, fault, "kill -9 leader", old)
+    lab.signal(old, signal.SIGKILL)
+    lab.wait_exit(old)
+    leader = _served_again(lab, fault, step)
+    slow = next(n for n in NODE_IDS if n not in (leader, old))
+    step = _step(lab, fault, "slow disk 5 s, the old leader down", slow)
+    storage.set_fsync_stall(lab.dir, slow, SLOW_SYNC_US)
+    try:
+        step["leaderless_s"] = _leaderless(lab, time.monotonic() + SLOW_DISK_S)
+    finally:
+        storage.clear(lab.dir, slow)
+    _served_again(lab, fault, step)
+    step = _step(lab, fault, "restart the old leader", old)
+    lab.start_node(old)
+    _served_again(lab, fault, step)
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    full = rng.choice([n for n in NODE_IDS if n != leader])
+    step = _step(lab, fault, "disk full, restart", full)
+    try:
+        storage.fill(lab.data_dir(full))
+        _await_storage_death(lab, full, step)
+    finally:
+        storage.unfill(lab.data_dir(full))
+    lab.start_node(full)
+    _served_again(lab, fault, step)
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    step = _step(lab, fault, "kill -9 leader, restart at once", leader)
+    lab.signal(leader, signal.SIGKILL)
+    lab.wait_exit(leader)
+    lab.start_node(leader)
+    _served_again(lab, fault, step)
+    return fault
+
+
+def sequence_eio(lab: Lab, rng: random.Random) -> dict:
+    """Issue 23's second sequence: EIO on the leader's syncs; it exits; the VIP must reach the
+    new leader (recorded: leader_after_s, vip_after_s); the old leader restarts without the fault."""
+    leader = lab.wait_stable(RECOVERY_TIMEOUT)
+    fault = _fault("sequence-eio", leader)
+    step = _step(lab, fault, "EIO on the leader", leader)
+    storage.fail_syncs(lab.dir, leader)
+    _await_storage_death(lab, leader, step)
+    _served_again(lab, fault, step)
+    step = _step(lab, fault, "restart it", leader)
+    lab.start_node(leader)
+    _served_again(lab, fault, step)
     return fault
 
 
@@ -384,13 +531,23 @@ SCENARIOS = {
     "kill-during-snapshot": kill_during_snapshot,
     "stall-fsync-leader": stall_fsync_leader,
     "cut-leader-to-follower": cut_leader_to_follower,
+    "eio-follower": eio_follower,
+    "slowdisk-leader": slow_disk_leader,
+    "slowdisk-follower": slow_disk_follower,
+    "sequence-restarts": sequence_restarts,
+    "sequence-eio": sequence_eio,
 }
-FOLLOWER_FAULTS = ("disk-full-follower",)  # clients must see nothing
-CHOICES = (*SCENARIOS, "mix", "all")
+FOLLOWER_FAULTS = ("disk-full-follower", "eio-follower")  # clients must see nothing
+CHOICES = (*SCENARIOS, "mix", "all", "campaign")
 
 
-STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "kill-during-snapshot",
-                     "stall-fsync-leader", "cut-leader-to-follower")
+STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "eio-follower", "slowdisk-leader",
+                     "slowdisk-follower", "kill-during-snapshot", "stall-fsync-leader", "cut-leader-to-follower")
+SEQUENCES = ("sequence-restarts", "sequence-eio")
+# Issue 23's storage campaign: every storage fault on the leader and on a follower
+# (kill-during-snapshot alternates the two), and the two sequences it reported.
+CAMPAIGN = ("disk-full-leader,disk-full-follower,eio-leader,eio-follower,slowdisk-leader,slowdisk-follower,"
+            "kill-during-snapshot*2,sequence-restarts,sequence-eio")
 
 
 def _counted(item: str) -> tuple[str, int]:
@@ -406,6 +563,8 @@ def unknown(scenario: str) -> list[str]:
     optionally NAME*COUNT) that are not scenarios."""
     if scenario in CHOICES:
         return []
+    if scenario == "campaign":
+        return []
     return [name for name in (_counted(item)[0] for item in scenario.split(",")) if name not in SCENARIOS]
 
 
@@ -418,6 +577,8 @@ def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
         return [rng.choice(list(SCENARIOS)) for _ in range(runs)]
     if scenario == "all":
         return [name for _ in range(runs) for name in SCENARIOS]
+    if scenario == "campaign":
+        return plan(CAMPAIGN, runs, rng)
     bad = unknown(scenario)
     if bad:
         raise LabError(f"unknown scenario {bad[0]!r} (one of: {', '.join(CHOICES)})")
@@ -476,7 +637,8 @@ def _first_put_ok(history: Path) -> bool:
 
 
 def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | None = None,
-              progress=lambda message: None) -> dict:
+              progress=lambda message: None, max_gap: float | None = None, ballast: int = 0,
+              client_timeout: float | None = None) -> dict:
     """Run the plan under a workload, drain, check; return the report (see checker.check)."""
     rng = random.Random(seed)
     faults_planned = plan(scenario, runs, rng)
@@ -496,10 +658,17 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                               capture_output=True, text=True, timeout=300)
     if leftover.returncode != 0:
         raise LabError(f"could not empty the queue before the run: {leftover.stdout.strip()}")
+    if ballast:
+        # A state as big as a long campaign's (workload.py's ballast tube, in no history).
+        made = subprocess.run(_workload(lab, "ballast", out_dir / "ballast.jsonl", "--jobs", str(ballast)),
+                              capture_output=True, text=True, timeout=600)
+        if made.returncode != 0:
+            raise LabError(f"could not put the ballast: {made.stdout.strip()} {made.stderr.strip()[-300:]}")
     started = time.monotonic()
     log_start = {n: _size(lab.log_path(n)) for n in NODE_IDS}
     log = open(out_dir / "workload.log", "ab")
-    workload = subprocess.Popen(_workload(lab, "run", history), stdout=log, stderr=subprocess.STDOUT,
+    timeout_args = ["--op-timeout", str(client_timeout)] if client_timeout else []
+    workload = subprocess.Popen(_workload(lab, "run", history, *timeout_args), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     lab.track("workload", workload, group=False)
     # The id service and Gearman ride the same log: their clients use the VIP throughout,
@@ -534,7 +703,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
                 errors.append(f"{name} #{i + 1}: {exc}")
             faults.append(fault)
             progress(f"{i + 1}/{len(faults_planned)} {name} on {fault['node']}: recovered in "
-                     f"{fault['recovered_s']} s")
+                     f"{fault['recovered_s']} s; longest client gap so far {_gap_so_far(history)} s")
             if fault["recovered_s"] is None:
                 break
         time.sleep(1.0)  # a last stretch of undisturbed load after the final fault
@@ -591,6 +760,8 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         "scenario": scenario,
         "runs": runs,
         "seed": seed,
+        "ballast": ballast,
+        "client_timeout": client_timeout,
         "plan": faults_planned,
         "seconds": round(time.monotonic() - started, 1),
         "errors": errors,
@@ -598,7 +769,13 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         "leader": leader,
         "history": str(history),
     })
+    gap = report.get("client_gap", {}).get("gap_s", 0.0)
+    report["max_gap"] = max_gap
+    if max_gap is not None and gap > max_gap:
+        errors.append(f"clients got no acknowledged answer for {gap:.3f} s (over {max_gap:g} s), "
+                      f"from {report['client_gap']['from']} under {report['client_gap']['fault']}")
     report["ok"] = report["ok"] and not errors and holders == [leader] and leader is not None
+    report["client_gap_by_scenario"] = _by_scenario(report["faults"], "client_gap_s")
     report["failover_by_scenario"] = _failover_by_scenario(report["faults"])
     if "faults" in report.get("ids", {}):
         report["ids"]["failover_by_scenario"] = _failover_by_scenario(report["ids"]["faults"])
@@ -607,11 +784,20 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
 
 
 def _failover_by_scenario(faults: list[dict]) -> dict[str, dict]:
+    return _by_scenario(faults, "failover_s")
+
+
+def _by_scenario(faults: list[dict], key: str) -> dict[str, dict]:
     by_name: dict[str, list[float]] = {}
     for f in faults:
-        if f["failover_s"] is not None:
-            by_name.setdefault(f["name"], []).append(f["failover_s"])
+        if f.get(key) is not None:
+            by_name.setdefault(f["name"], []).append(f[key])
     return {name: checker.summary(v) for name, v in sorted(by_name.items())}
+
+
+def _gap_so_far(history: Path) -> float:
+    """The run's longest client-visible gap up to now (for the progress line)."""
+    return checker.answer_gap(checker.pair_ops(_events(history)))["gap_s"]
 
 
 # Node log lines worth counting per run: the first is a violation (pysyncobj cut entries
@@ -666,6 +852,24 @@ def format_report(report: dict) -> str:
     for name, s in report["failover_by_scenario"].items():
         lines.append(row(name, s))
     lines.append(row("all", report["failover"]))
+    gap = report.get("client_gap")
+    if gap:
+        lines.append(f"  client-visible gap (longest time with no acknowledged answer through the VIP): "
+                     f"{gap['gap_s']:.3f} s, under {gap.get('fault') or 'no fault'}"
+                     + (f" (limit {report['max_gap']:g} s)" if report.get("max_gap") is not None else ""))
+        lines.append(f"    {'scenario':<18} {'n':>3} {'median':>8} {'p99':>8} {'max':>8}")
+        for name, s in report.get("client_gap_by_scenario", {}).items():
+            lines.append(row(name, s))
+    for f in report["faults"]:
+        for step in f.get("steps", ()):
+            lines.append(f"  {f['name']} +{step['at_s']:.1f} s {step['step']} on {step['node']}: a leader served "
+                         f"after {step.get('leader_after_s')} s, the VIP on it after {step.get('vip_after_s')} s"
+                         + (f", no leader for {step['leaderless_s']} s during it" if "leaderless_s" in step else ""))
+    for name in ("slowdisk-leader", "slowdisk-follower"):
+        hit = [f for f in report["faults"] if f["name"] == name]
+        if hit:
+            lines.append(f"  {name}: longest time without a serving leader during the slow disk: "
+                         f"max {max(f.get('leaderless_s', 0) for f in hit):.3f} s over {len(hit)} faults")
     for name in ("partition-leader", "isolate-leader"):
         released = [f["vip_released_s"] for f in report["faults"]
                     if f["name"] == name and f.get("vip_released_s") is not None]
@@ -678,7 +882,7 @@ def format_report(report: dict) -> str:
         if cuts:
             kept = sum(1 for f in cuts if f.get("leader_kept"))
             lines.append(f"  {name}: the leader kept leading at its term through {kept} of {len(cuts)} cuts")
-    for name in ("disk-full-leader", "disk-full-follower", "eio-leader"):
+    for name in ("disk-full-leader", "disk-full-follower", "eio-leader", "eio-follower"):
         hit = [f for f in report["faults"] if f["name"] == name and f.get("exited_s") is not None]
         if hit:
             s = checker.summary([f["exited_s"] for f in hit])

@@ -29,6 +29,11 @@ a failure) to the first put acknowledged after that failure. Where nothing
 failed the fault cost no availability (failover 0). Also the number of failed
 operations and the longest gap between two acknowledged puts in the fault's
 window (from the fault to the next one).
+
+Client-visible gap: the longest time the workload got no acknowledged answer
+(an `ok` of any operation: put, reserve or delete) through the VIP, over the
+whole run and per fault (from the fault to the next one); it is what a client
+of the service would call an outage, whatever Raft or keepalived were doing.
 """
 
 from __future__ import annotations
@@ -180,6 +185,10 @@ def check(events: list[dict], faults: list[dict] | None = None, ttr: float | Non
     if faults is not None:
         result["faults"] = failovers(ops, faults)
         result["failover"] = summary([f["failover_s"] for f in result["faults"] if f["failover_s"] is not None])
+        run_ops = [op for op in ops if not op.worker.startswith("d")]  # the drain is not the run
+        result["client_gap"], per_fault = client_gaps(run_ops, faults)
+        for fault, gap in zip(sorted(result["faults"], key=lambda f: f["t"]), per_fault):
+            fault["client_gap_s"] = gap
     return result
 
 
@@ -215,6 +224,37 @@ def failovers(ops: list[Op], faults: list[dict], acked: str = "put", failed=_is_
         out.append({**fault, "failover_s": failover, "failed_ops": len(in_window),
                     f"longest_{acked}_gap_s": round(max(gaps, default=0.0), 4)})
     return out
+
+
+def answer_gap(ops: list[Op], start: float | None = None, end: float | None = None) -> dict:
+    """The longest stretch in [start, end] with no acknowledged answer: seconds, and when.
+
+    Bounded by the first and last answers when start/end are None; a stretch
+    that runs into `end` counts up to `end` (an outage the run ended in)."""
+    oks = sorted(op.done for op in ops if op.type == "ok" and op.done is not None)
+    if start is None:
+        start = oks[0] if oks else None
+    if end is None:
+        end = oks[-1] if oks else None
+    if start is None or end is None or end <= start:
+        return {"gap_s": 0.0, "from": start, "to": start}
+    marks = [start] + [t for t in oks if start < t < end] + [end]
+    best = max(zip(marks, marks[1:]), key=lambda ab: ab[1] - ab[0])
+    return {"gap_s": round(best[1] - best[0], 4), "from": round(best[0], 6), "to": round(best[1], 6)}
+
+
+def client_gaps(ops: list[Op], faults: list[dict]) -> tuple[dict, list[float]]:
+    """The run's longest answer gap (with the fault it began under, if any) and each fault's."""
+    run = answer_gap(ops)
+    faults = sorted(faults, key=lambda f: f["t"])
+    during = [f for f in faults if run["from"] is not None and f["t"] <= run["from"]]
+    run["fault"] = during[-1]["name"] if during else None
+    last = max((op.done for op in ops if op.type == "ok" and op.done is not None), default=None)
+    per_fault = []
+    for i, fault in enumerate(faults):
+        end = faults[i + 1]["t"] if i + 1 < len(faults) else last
+        per_fault.append(answer_gap(ops, fault["t"], end)["gap_s"] if end is not None else 0.0)
+    return run, per_fault
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -2,12 +2,24 @@
 
 `Lab.up()` builds the topology (topology.py), writes the lab's cluster file,
 renders keepalived configs with the real `haqueue ops gen-keepalived`, mounts
-each node's data directory as its own small tmpfs and builds the fsync shim
-(storage.py), starts one `haqueue serve -f0 -s JOURNAL_SIZE` (durable, small
-journal so snapshots are frequent; with the sync-fault shim preloaded, so
-storage faults can be injected) and one keepalived per node namespace, and waits until
+each node's data directory as its own small filesystem (an ext4 image or a
+tmpfs) and builds the fsync shim
+(storage.py), starts one `haqueue serve -f0 -s JOURNAL_SIZE --disk-reserve off`
+(durable, small journal so snapshots are frequent; with the sync-fault shim
+preloaded, so storage faults can be injected) and one keepalived per node
+namespace, and waits until
 exactly the Raft leader holds the VIP. `Lab.down()` stops every process,
-unmounts every tmpfs and removes every namespace the state file records.
+unmounts every data filesystem (a loop device goes with its mount), deletes
+the images and removes every namespace the state file records.
+
+The disk reserve (server/disk_reserve.py) is off: the lab's disk-full faults fill
+a node's disk from outside, and what they test is ENOSPC's fatal path (the node
+exits, naming the file, and the VIP moves). With the reserve on, a node at the
+filled disk refuses puts and lives on until its journal outgrows the room it
+preallocated (in the lab: still leading 10 s after the fill, 824 puts refused);
+that is the reserve's own behaviour, tested on three nodes whose disks fill with
+the backlog itself by tests/cluster/test_disk_reserve.py. The other storage
+faults leave the disks room, so the reserve would not change them.
 
 Rules:
 - Processes are started with `ip netns exec NS ...` (which execs, so the PID
@@ -47,6 +59,7 @@ NODE_IDS = ("n1", "n2", "n3")
 CLIENT_PORT = 11300
 ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
 GEARMAN_PORT = 4730  # Gearman (server/gearman_service.py): likewise
+DISKS = ("ext4", "tmpfs")  # each node's data filesystem (storage.py)
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 
 
@@ -122,7 +135,7 @@ class NodeView:
 class Lab:
     def __init__(self, directory: str | Path = DEFAULT_DIR, prefix: str = "hqlab",
                  subnet: str = topology.DEFAULT_SUBNET, journal_size: int | None = None,
-                 disk_mib: int | None = None) -> None:
+                 disk_mib: int | None = None, disk: str | None = None) -> None:
         self.dir = Path(directory)
         loaded = LabState.load(self.dir) if (self.dir / topology.STATE_NAME).exists() else None
         self.state = loaded or LabState(dir=str(self.dir), prefix=prefix, subnet=subnet)
@@ -131,6 +144,10 @@ class Lab:
                 self.state.journal_size = journal_size
             if disk_mib is not None:
                 self.state.disk_mib = disk_mib
+            if disk is not None:
+                if disk not in DISKS:
+                    raise ValueError(f"--disk: {disk!r} is not one of {', '.join(DISKS)}")
+                self.state.disk = disk
         self.children: dict[str, subprocess.Popen] = {}  # processes this Python process started
         self.rounds: dict[str, int] = {}  # scenario -> faults of it injected by this process (alternation)
 
@@ -171,10 +188,11 @@ class Lab:
         self.dir.chmod(0o755)  # keepalived runs the check script from here as nobody
         # A new cluster (new secret): an earlier lab's journals must not replay
         # into it, and its logs start empty so they describe this lab alone.
-        for old in ("data", "logs", "run", "sync-control"):
+        for old in ("data", "disks", "logs", "run", "sync-control"):
             if old == "data":
-                for node_id in NODE_IDS:  # a tmpfs a crashed lab left (not in any state file now)
+                for node_id in NODE_IDS:  # a disk a crashed lab left (not in any state file now)
                     storage.unmount(self.data_dir(node_id))
+                storage.unmount(self.dir / "data")
             shutil.rmtree(self.dir / old, ignore_errors=True)
         (self.dir / "logs").mkdir()
         self.state.save()
@@ -182,11 +200,18 @@ class Lab:
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
         self._render_keepalived()
         storage.build_shim(self.dir)
+        shared = self.dir / "data"
+        self.state.mounts.append(str(shared))
+        self.state.save()  # recorded before it exists, as the disks are; unmounted after them
+        storage.make_shared_mount(shared)
         for node_id in NODE_IDS:
             path = self.data_dir(node_id)
             self.state.mounts.append(str(path))
             self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
-            storage.mount_tmpfs(path, self.state.disk_mib)
+            if self.state.disk == "tmpfs":
+                storage.mount_tmpfs(path, self.state.disk_mib)
+            else:
+                storage.mount_ext4(path, self.dir / "disks" / f"{node_id}.img", self.state.disk_mib)
         topology.build(self.state, list(NODE_IDS))
         for node_id in NODE_IDS:
             self.start_node(node_id)
@@ -218,6 +243,7 @@ class Lab:
         self.state.processes = {}
         unmounted = [path for path in reversed(self.state.mounts) if storage.unmount(path)]
         self.state.mounts = []
+        shutil.rmtree(self.dir / "disks", ignore_errors=True)  # the ext4 images (in RAM under /run)
         removed = topology.destroy(self.state)
         self.state.path.unlink(missing_ok=True)
         return {"processes": stopped, "namespaces": removed, "mounts": unmounted}
@@ -312,7 +338,8 @@ class Lab:
         if self.alive(node_id):
             return
         serve = [sys.executable, "-m", "haqueue", "serve", "--config", str(self.config_path), "--node", node_id,
-                 "-b", str(self.data_dir(node_id)), "-f0", "-s", str(self.state.journal_size)]
+                 "-b", str(self.data_dir(node_id)), "-f0", "-s", str(self.state.journal_size),
+                 "--disk-reserve", "off"]  # the disk-full faults test ENOSPC (module docstring)
         argv = storage.node_argv(self.dir, node_id, self.shim_path, serve)
         self._spawn(node_id, self.state.node_ns(node_id), argv, group=False)
 

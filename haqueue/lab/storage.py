@@ -1,10 +1,15 @@
-"""The lab's disks: a small tmpfs per node, and the storage faults injected into them.
+"""The lab's disks: a small filesystem per node, and the storage faults injected into them.
 
 What real disks do to a node, made to happen on demand:
-- full: each node's data directory is its own size-limited tmpfs (mounted by
+- full: each node's data directory is its own small filesystem (mounted by
   `lab up`, recorded in the lab state before it exists, unmounted by `lab
-  down`); `fill` writes a filler file until the filesystem says ENOSPC, so the
-  node's next journal write fails exactly as on a full disk; `unfill` removes it.
+  down`): an ext4 image on a loop device (the default, as in issue 23: a real
+  journalling filesystem, whose fsync goes through jbd2 and the block layer)
+  or a size-limited tmpfs (`--disk tmpfs`: fsync costs nothing). The image is
+  mounted with `-o loop`, which detaches the loop device by itself on
+  unmount, so unmounting is the whole teardown. `fill` writes a filler file
+  until the filesystem says ENOSPC, so the node's next journal write fails
+  exactly as on a full disk; `unfill` removes it.
 - EIO and stalls: every node preloads scripts/slow_fsync.c (built with cc at
   `lab up` into the lab directory), which reads a per-node control file at
   each fsync/fdatasync: `fail_syncs` makes every sync fail with EIO,
@@ -41,7 +46,7 @@ class StorageError(RuntimeError):
 
 
 def check_tools() -> None:
-    missing = [tool for tool in ("cc", "mount", "umount") if shutil.which(tool) is None]
+    missing = [tool for tool in ("cc", "mount", "umount", "mkfs.ext4") if shutil.which(tool) is None]
     if missing:
         raise StorageError(f"the lab's storage faults need {', '.join(missing)} (scripts/setup installs them)")
 
@@ -53,6 +58,42 @@ def mount_tmpfs(path: Path, size_mib: int) -> None:
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise StorageError(f"mount tmpfs on {path}: {proc.stderr.strip()}")
+
+
+def mount_ext4(path: Path, image: Path, size_mib: int) -> None:
+    """A fresh ext4 filesystem of size_mib in `image`, mounted on `path` through a loop device."""
+    path.mkdir(parents=True, exist_ok=True)
+    image.parent.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size_mib << 20)
+    # No reserved blocks (root's 5 % would let the node, running as root, write past the filler),
+    # and no lazy init threads writing behind the node's back.
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0",
+                           str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise StorageError(f"mkfs.ext4 {image}: {made.stderr.strip()}")
+    proc = subprocess.run(["mount", "-t", "ext4", "-o", "loop", str(image), str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StorageError(f"mount {image} on {path}: {proc.stderr.strip()}")
+    path.chmod(0o755)
+
+
+def make_shared_mount(path: Path) -> None:
+    """Bind-mount `path` onto itself with shared propagation, for the node disks mounted under it.
+
+    `ip netns exec` gives each process it starts a mount namespace of its own, a
+    copy of the host's taken at that moment, slaved to it. Where the host's
+    mounts are private (a container without systemd), a copy never learns of an
+    unmount: a disk of this lab stayed mounted, its loop device attached, inside
+    every process any lab on the host had started while it was up, until those
+    exited. Under a shared mount the copies are slaves of the original, and an
+    unmount here reaches them all."""
+    path.mkdir(parents=True, exist_ok=True)
+    for argv in (["mount", "--bind", str(path), str(path)], ["mount", "--make-shared", str(path)]):
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise StorageError(f"{' '.join(argv)}: {proc.stderr.strip()}")
 
 
 def is_mounted(path: str | Path) -> bool:

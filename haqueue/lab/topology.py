@@ -52,10 +52,11 @@ class LabState:
     namespaces: list[str] = field(default_factory=list)
     # process name ("n1", "keepalived-n1", "workload") -> {"pid", "started", "group"}
     processes: dict[str, dict] = field(default_factory=dict)
-    # tmpfs mount points (each node's data directory, storage.py), recorded before mounting
+    # data filesystem mount points (each node's data directory, storage.py), recorded before mounting
     mounts: list[str] = field(default_factory=list)
     journal_size: int = 65536  # each node's -s: small, so snapshots come every second or two under load
-    disk_mib: int = 32  # each node's tmpfs
+    disk_mib: int = 32  # each node's data filesystem
+    disk: str = "ext4"  # its kind: "ext4" (an image on a loop device) or "tmpfs" (storage.py)
 
     @property
     def path(self) -> Path:

@@ -44,7 +44,7 @@ import time
 
 TTR = 120  # seconds; far beyond any lab fault, so TTR expiry is not a source of duplicates
 CONNECT_TIMEOUT = 0.25  # short: a SYN to a VIP in transit is lost; retry soon rather than wait 1 s
-OP_TIMEOUT = 1.0
+OP_TIMEOUT = 1.0  # `run --op-timeout` changes it: how long a client waits for an answer
 
 
 class Broken(Exception):
@@ -122,8 +122,9 @@ class Client:
         data, self.buf = self.buf[:n], self.buf[n:]
         return data
 
-    def request(self, data: bytes, timeout: float = OP_TIMEOUT, body: bool = False) -> tuple[bytes, bytes | None]:
+    def request(self, data: bytes, timeout: float | None = None, body: bool = False) -> tuple[bytes, bytes | None]:
         """Send, read one reply line (and a body for RESERVED); raise Broken on any I/O failure."""
+        timeout = OP_TIMEOUT if timeout is None else timeout
         self.connect()
         try:
             self.sock.settimeout(timeout)
@@ -151,7 +152,7 @@ class Worker(threading.Thread):
         self.client = Client(host, port)
         self.stop = stop
 
-    def op(self, f: str, value, request: bytes, timeout: float = OP_TIMEOUT, body: bool = False):
+    def op(self, f: str, value, request: bytes, timeout: float | None = None, body: bool = False):
         """Send one recorded request; return (reply line, payload, op id), or None after an I/O failure
         (already recorded as `fail` or `unknown`). The caller records the completion of a reply."""
         op_id = next(self.history.ids)
@@ -245,19 +246,52 @@ class Consumer(Worker):
         self.client.close()
 
 
-def remaining(host: str, port: int) -> dict:
-    """The server's current job counts (after a drain every one should be 0)."""
-    client = Client(host, port)
-    line, _ = client.request(b"stats\r\n")
+BALLAST_TUBE = "lab-ballast"  # jobs that only make the state big; no worker watches it
+
+
+def _stats(client: Client, command: bytes) -> dict:
+    line, _ = client.request(command)
+    if line == b"NOT_FOUND":
+        return {}
     size = int(line.split()[1])
     text = client._read_exact(size + 2, OP_TIMEOUT).decode()
-    client.close()
     counts = {}
     for row in text.splitlines():
         key, _, value = row.partition(": ")
         if key.startswith("current-jobs-"):
             counts[key] = int(value)
     return counts
+
+
+def remaining(host: str, port: int) -> dict:
+    """The server's current job counts, the ballast tube's left out (after a drain every one should be 0)."""
+    client = Client(host, port)
+    counts = _stats(client, b"stats\r\n")
+    ballast = _stats(client, b"stats-tube " + BALLAST_TUBE.encode() + b"\r\n")
+    client.close()
+    return {key: value - ballast.get(key, 0) for key, value in counts.items()}
+
+
+def ballast(args) -> int:
+    """Top the ballast tube up to --jobs jobs of --size bytes (pipelined), so the replicated
+    state is as big as a long campaign's: snapshots, restarts and catch-ups cost what they
+    would then. Not part of any history: the checker never sees these jobs."""
+    client = Client(args.host, args.port)
+    client.request(b"use " + BALLAST_TUBE.encode() + b"\r\n")
+    have = _stats(client, b"stats-tube " + BALLAST_TUBE.encode() + b"\r\n").get("current-jobs-ready", 0)
+    body = b"b" * args.size
+    command = b"put 0 0 120 %d\r\n%s\r\n" % (len(body), body)
+    missing = max(0, args.jobs - have)
+    while missing:
+        n = min(missing, 500)
+        client.sock.sendall(command * n)
+        for _ in range(n):
+            if not client._readline(30).startswith(b"INSERTED"):
+                print("ballast: a put was refused", file=sys.stderr)
+                return 1
+        missing -= n
+    print(json.dumps({"ballast_jobs": max(have, args.jobs)}))
+    return 0
 
 
 def run(args) -> int:
@@ -331,12 +365,23 @@ def mode_parser(prog: str, port: int, takers: str, run_takers: int, drain_takers
 
 
 def main(argv: list[str] | None = None) -> int:
+    global OP_TIMEOUT
     parser, run_options = mode_parser("python -m haqueue.lab.workload", 11300, "consumers", 4, 32)
     run_options.add_argument("--producers", type=int, default=8)
     run_options.add_argument("--put-rate", type=float, default=80.0, help="puts per second, all producers")
     run_options.add_argument("--take-rate", type=float, default=40.0, help="reserves per second, all consumers")
+    run_options.add_argument("--op-timeout", type=float, default=OP_TIMEOUT,
+                             help="seconds a client waits for an answer before it gives the operation up")
+    ballast_options = parser._subparsers._group_actions[0].add_parser("ballast")
+    ballast_options.add_argument("--host", required=True)
+    ballast_options.add_argument("--port", type=int, default=11300)
+    ballast_options.add_argument("--history", default=None, help="unused: ballast is in no history")
+    ballast_options.add_argument("--jobs", type=int, required=True)
+    ballast_options.add_argument("--size", type=int, default=100)
     args = parser.parse_args(argv)
-    return run(args) if args.mode == "run" else drain(args)
+    if getattr(args, "op_timeout", None):
+        OP_TIMEOUT = args.op_timeout
+    return {"run": run, "drain": drain, "ballast": ballast}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ is stored and at a clean close, never on its own; storing it once a second
 cost the event loop a rename and two fsyncs every second on a busy node.
 
 Entries that must be durable whatever the policy: an entry reserving ids
-(core/commands.reserves_ids) is synced before it is acknowledged or applied
-even with `-f MS` or `-F`, since the values it hands out must never be handed
+(core/commands.reserves_ids) is synced before it is acknowledged, and before
+a leader applies it (a follower applies what a majority holds, and hands out
+nothing), even with `-f MS` or `-F`, since the values it hands out must never be handed
 out again after a power loss (docs/id-service.md, "Durability"); and under
 `-f0` the no-op a new leader appends is synced as it is written, because
 pysyncobj counts the leader's own copy towards a commit without asking
@@ -51,7 +52,9 @@ The leader syncs in the background (`sync_in_background`, one worker thread):
 its own fsync then overlaps the followers' round trip without stopping the
 Raft thread from reading their acknowledgements, and applying an entry waits
 only for the bytes of that entry (`sync(through=...)`), not for entries
-appended since. Truncations wait for a background sync to finish first, so
+appended since. A follower's acknowledgements wait for their bytes in the same
+worker (`synced_through`, which waits at most a given time), so a slow disk
+delays its answers but not its loop. Truncations wait for a background sync to finish first, so
 `synced_end` never counts bytes of a file that was cut and written again.
 
 Failures are final. Any error writing, syncing, truncating or renaming the
@@ -403,6 +406,26 @@ class DurableJournal:
                     self._fail("fdatasync", error)
                 self._sync_target = None
                 state.notify_all()
+
+    def synced_through(self, target: int, timeout: float) -> bool:
+        """Is the file durable up to offset `target`? Starts a background sync if
+        none runs and waits for it at most `timeout` seconds, never longer: a
+        follower on a slow disk keeps its loop (issue 23; docs/pysyncobj.md D3)."""
+        self._check()
+        if self.policy.never or self.synced_end >= target:
+            return True
+        self.sync_in_background()
+        with self._sync_state:
+            deadline = time.monotonic() + timeout
+            while self._sync_target is not None and self.synced_end < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._sync_state.wait(left)
+        self._check()
+        if self.synced_end < target:
+            self.sync_in_background()  # the one that finished started before target was written
+        return self.synced_end >= target
 
     def _wait_for_background(self) -> None:
         worker = self._sync_worker

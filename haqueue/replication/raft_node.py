@@ -2,7 +2,7 @@
 
 This is the only module that subclasses pysyncobj's SyncObj (transport.py
 subclasses its TCPTransport). What they change, and why, is the numbered list
-in docs/pysyncobj.md (D1-D17 and D24; D18-D23 and D25 are pysyncobj_patches.py's);
+in docs/pysyncobj.md (D1-D17, D24 and D26; D18-D23 and D25 are pysyncobj_patches.py's);
 comments here cite those numbers. The election and lease decisions are
 prevote.py's and lease.py's (pure); this module and transport.py read
 pysyncobj's state into them.
@@ -260,12 +260,15 @@ class ReplicatedQueue(SyncObj):
         without answers, but only when its tick runs. A leader whose tick
         thread is stuck (an fsync stalled for seconds) never steps down while
         the others elect a new leader; without this the VIP stayed on it and
-        clients waited out the whole stall.
+        clients waited out the whole stall. A follower on a slow disk that
+        answered within SLOW_ACK and was heard within `seconds` counts too (D26).
         """
         transport = self.transport
         if transport is None or not self._isLeader():
             return False
-        return transport.lease.majority_acknowledged_at(self.peers_for_majority()) > links.lease_clock() - seconds
+        acked_since = links.lease_clock() - seconds
+        acked = {node for node, sent_at in transport.lease.acks.items() if sent_at > acked_since}
+        return len(acked | transport.slow_followers(seconds)) >= self.peers_for_majority()
 
     def peers_for_majority(self) -> int:
         """Peers that make a majority with this node."""
@@ -307,8 +310,11 @@ class ReplicatedQueue(SyncObj):
             return None  # stopping: apply nothing more (the connections close)
         self.snapshots.log_bytes += len(data)
         journal = self.journal
-        if journal is not None:
-            # This entry is on this node's disk before any reply reports it.
+        if journal is not None and self._isLeader():
+            # This entry is on this node's disk before any reply reports it. Only a
+            # leader replies; a follower applies what a majority already holds, and
+            # waiting here for a slow disk (issue 23) stopped its loop, so its leader
+            # heard nothing from it and stepped down (D3).
             journal.sync(through=journal.end_of_index(self.raftLastApplied + 1))
         try:
             stamp, commands = decode_batch(data)

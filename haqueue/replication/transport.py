@@ -8,13 +8,16 @@ Each handler says which deviation it implements (docs/pysyncobj.md):
   append_entries    note a current leader heard (stickiness, D24), trim to what
                     Raft would act on (D14), tell a leader of a lower term (D24)
   next_node_idx     the read lease's acknowledgement (D12); the next index never
-                    moves back on a success (D15)
+                    moves back on a success (D15); when a follower last answered (D26)
+  haqueue-keepalive a follower that answered within SLOW_ACK and talks at this
+                    leader's term still counts for its leader fallback (D26)
   request_vote      leader stickiness for real votes (D24)
   haqueue-prevote   both sides of a pre-vote (D9)
   haqueue-stale-term  a follower's term outran ours: step down (D24)
 
-What leaves goes through `send`: the journal is synced before any
-acknowledgement (D3), appends are numbered for the lease (D12), forwarding
+What leaves goes through `send`: an acknowledgement waits until the entries it
+covers are synced, in the journal's worker, the loop waiting at most
+ACK_SYNC_WAIT for it (D3), keepalives carry the term (D26), appends are numbered for the lease (D12), forwarding
 is answered locally with NOT_LEADER (D7), nothing leaves a node that must stop
 (D11), and idle links get keepalives (D8).
 
@@ -50,6 +53,12 @@ STALE_TERM = "haqueue-stale-term"
 # The leader numbers its append_entries; a follower's acknowledgement
 # carries the number of the last one it processed from that leader (D12).
 APPEND_SEQ = "haq_seq"
+# A follower acknowledges only what is on its disk; a slow disk (issue 23: one write a
+# second) delays its answers, not its keepalives. A leader keeps counting a follower
+# that answered within SLOW_ACK and still sends keepalives at the leader's term (its
+# leader fallback, the /leader check: D26); the read lease counts answers only.
+SLOW_ACK = 3.0
+ACK_SYNC_WAIT = 0.02  # seconds the loop waits for a follower's sync before it moves on
 
 
 def lease_clock() -> float:
@@ -68,7 +77,10 @@ class SyncingTransport(TCPTransport):
         super().__init__(syncObj, selfNode, otherNodes)
         self.peers_up: set = set()
         self.last_heard: dict = {}  # node -> when its last message came (pysyncobj_patches.monotonic)
-        self.deferred_acks: list = []  # next_node_idx messages waiting for the journal's fsync
+        self.deferred_acks: list = []  # next_node_idx messages of this poll, not yet handed to the sync
+        self._waiting_acks: list = []  # (journal offset they need on disk, node, message, term), in order
+        self.ack_heard_at: dict = {}  # as leader: node -> its last acknowledgement (this role and term)
+        self.slow_heard_at: dict = {}  # as leader: node -> its last keepalive counted by SLOW_ACK
         # append_entries of this node's term or later. A node starting now may
         # have acknowledged a leader just before it stopped: treat that leader
         # as just heard, so its lease holds against this node's votes too (D24).
@@ -85,6 +97,7 @@ class SyncingTransport(TCPTransport):
             PREVOTE: self._on_prevote,
             PREVOTE_REPLY: self._on_prevote_reply,
             STALE_TERM: self._on_stale_term,
+            KEEPALIVE["type"]: self._on_keepalive,
         }
         syncObj.transport = self
 
@@ -127,6 +140,7 @@ class SyncingTransport(TCPTransport):
     def _on_next_node_idx(self, node, message, deliver, now) -> None:
         sync_obj = self._syncObj
         self.lease.acknowledged(node, message.get(APPEND_SEQ), sync_obj.raftCurrentTerm, sync_obj._isLeader())
+        self.ack_heard_at[node] = now
         if not message.get("success") or message.get("reset"):
             deliver(node, message)
             return
@@ -141,6 +155,22 @@ class SyncingTransport(TCPTransport):
         deliver(node, message)
         if sent is not None and next_index.get(node, sent) < sent:
             next_index[node] = sent
+
+    def _on_keepalive(self, node, message, deliver, now) -> None:
+        # A follower that answered this leader within SLOW_ACK and still talks at its
+        # term (so follows no other leader) is on a slow disk, not gone (D26):
+        # pysyncobj's leader fallback counts only answers, and stepped down (issue 23).
+        sync_obj = self._syncObj
+        if (message.get("term") == sync_obj.raftCurrentTerm and sync_obj._isLeader()
+                and now - self.ack_heard_at.get(node, float("-inf")) < SLOW_ACK):
+            self.slow_heard_at[node] = now
+            sync_obj._SyncObj__lastResponseTime[node] = now
+
+    def slow_followers(self, seconds: float) -> set:
+        """As leader: the followers that count by SLOW_ACK (D26) and were heard within `seconds`."""
+        now = monotonic()
+        return {node for node, heard in self.slow_heard_at.items()
+                if now - heard < seconds and now - self.ack_heard_at.get(node, float("-inf")) < SLOW_ACK}
 
     def voter(self, now: float) -> prevote.Voter:
         """This node's side of a ballot, read from pysyncobj."""
@@ -220,6 +250,8 @@ class SyncingTransport(TCPTransport):
         if leads:
             sync_obj.stepdown_reason = None
         self.lease.reset()
+        self.ack_heard_at.clear()
+        self.slow_heard_at.clear()
 
     # ------------------------------------------------------------ links
     def peers_heard_within(self, seconds: float) -> int:
@@ -253,12 +285,14 @@ class SyncingTransport(TCPTransport):
     def keep_alive(self, period: float) -> None:
         """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
         node has sent nothing to within `period`: any message keeps a link alive,
-        and a busy link needs no keepalive of its own."""
+        and a busy link needs no keepalive of its own. With this node's term: a
+        leader counts a slow follower's keepalives only at its own term (D26)."""
         since = monotonic() - period
         sent_at = self._sent_at
+        message = {**KEEPALIVE, "term": self._syncObj.raftCurrentTerm}
         for node in list(self.peers_up):
             if sent_at.get(node, float("-inf")) <= since:
-                self.send(node, KEEPALIVE)
+                self.send(node, message)
 
     # ------------------------------------------------------------ leaving
     def send(self, node, message):
@@ -288,12 +322,42 @@ class SyncingTransport(TCPTransport):
         return super().send(node, message)
 
     def flush_acknowledgements(self) -> None:
-        """Sync the journal once, then send the acknowledgements it covers."""
-        if not self.deferred_acks:
+        """Send the acknowledgements whose entries are on disk (D3), one sync for all
+        of a poll's (follower group commit).
+
+        With a durable policy the sync runs in the journal's worker and this waits
+        for it at most ACK_SYNC_WAIT: on a slow disk (issue 23: one write a second)
+        the acknowledgements wait for their bytes, but the loop goes on, so
+        keepalives and pre-vote answers still flow and the leader still hears this
+        node (D26); a later poll sends them once the sync is done. Other policies
+        sync here (at most the entries that reserve ids, journal.py)."""
+        journal = self._syncObj.journal
+        term = self._syncObj.raftCurrentTerm
+        if self.deferred_acks:
+            end = journal.end
+            self._waiting_acks.extend((end, node, message, term) for node, message in self.deferred_acks)
+            self.deferred_acks = []
+        waiting = self._waiting_acks
+        if waiting and (waiting[0][3] != term or waiting[-1][0] > journal.end):
+            # A new term (a new leader may have cut the log since) or a cut journal:
+            # those answers may speak of entries no longer there. Dropped, as if lost
+            # on the wire: the leader asks again.
+            waiting = self._waiting_acks = [a for a in waiting if a[3] == term and a[0] <= journal.end]
+        if not waiting:
             return
-        acks, self.deferred_acks = self.deferred_acks, []
-        self._syncObj.journal.sync()
+        if journal.policy.durable and not journal.policy.never:
+            if not journal.synced_through(waiting[-1][0], ACK_SYNC_WAIT):
+                synced = journal.synced_end
+                self._waiting_acks = [a for a in waiting if a[0] > synced]
+                self._send_acks([a for a in waiting if a[0] <= synced])
+                return
+        else:
+            journal.sync()
+        self._waiting_acks = []
+        self._send_acks(waiting)
+
+    def _send_acks(self, acks: list) -> None:
         now = monotonic()
-        for node, message in acks:
+        for _, node, message, _ in acks:
             self._sent_at[node] = now
             super().send(node, message)

@@ -215,3 +215,29 @@ def test_percentiles_are_nearest_rank():
     assert checker.percentile(values, 99) == 99.0
     assert checker.summary(values)["max"] == 100.0
     assert checker.summary([]) == {"n": 0, "median": None, "p99": None, "max": None}
+
+
+def test_the_client_visible_gap_is_the_longest_stretch_without_any_acknowledged_answer():
+    h = History()
+    h.put("a", 1)  # t 100.02
+    h.reserve("a", 1, worker="c0")  # an acknowledged reserve is an answer too (t 100.04)
+    h.put("b", None, kind="unknown")  # no answer: the gap goes on (t 100.06)
+    op = h.invoke("delete", "c0", 1, 1, t=103.5)
+    h.complete(op, "ok", "delete", "c0", 1, 1, t=103.5)  # the first answer after 100.04
+    h.put("c", 3)  # t 103.51
+    faults = [{"t": 100.05, "name": "kill-leader", "node": "n1"}, {"t": 103.505, "name": "eio-leader", "node": "n2"}]
+    report = checker.check(h.events, faults)
+    assert report["client_gap"]["gap_s"] == 3.46
+    assert report["client_gap"]["fault"] is None  # it began before the kill
+    kill, eio = report["faults"]
+    assert kill["client_gap_s"] == 3.45 and eio["client_gap_s"] == 0.015  # to the last answer
+
+
+def test_the_final_drain_is_not_part_of_the_client_visible_gap():
+    h = History()
+    h.put("a", 1)
+    h.put("b", 2)
+    op = h.invoke("reserve", "d1-0", 1, t=200.0)
+    h.complete(op, "ok", "reserve", "d1-0", 1, id=1, body="a", t=200.0)
+    report = checker.check(h.events, [])
+    assert report["client_gap"]["gap_s"] == 0.02

@@ -82,7 +82,7 @@ def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys
         out = capsys.readouterr().out
         shutil.rmtree(directory, ignore_errors=True)
     assert code == 0
-    assert out == "stopped 6 processes, removed 5 namespaces, unmounted 3 data disks\n"
+    assert out == "stopped 6 processes, removed 5 namespaces, unmounted 3 data disks and their shared mount\n"
     assert namespaces_with(prefix) == []
 
 

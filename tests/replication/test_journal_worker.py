@@ -117,3 +117,28 @@ def test_a_leader_whose_sync_thread_cannot_start_stops_with_one_line(tmp_path, m
         assert fatal == [f"journal {leader.journal.path}: cannot start its sync thread: can't start new thread; "
                          f"stopping: this node can no longer make its log durable"]
         assert outcome in ([], [(None, None)]) or outcome[0][0] is None  # nothing was applied
+
+
+def test_synced_through_waits_for_a_slow_sync_at_most_its_timeout_and_is_true_once_the_bytes_are_on_disk(tmp_path):
+    # A follower's acknowledgements (transport.flush_acknowledgements, docs/pysyncobj.md D3):
+    # the loop asks, waits at most ACK_SYNC_WAIT, and asks again on its next poll.
+    journal = DurableJournal(str(tmp_path / "j"), DURABLE)
+    gate = threading.Event()
+    real = journal._fdatasync
+
+    def slow(fd):
+        gate.wait(10.0)
+        real(fd)
+
+    journal._fdatasync = slow
+    journal.add(b"one", 1, 1)
+    target = journal.end
+    try:
+        kind, value = finishes(lambda: journal.synced_through(target, 0.02), seconds=5.0)
+        assert (kind, value) == ("returned", False)  # the sync still runs: not on disk, not waited for
+        assert journal.synced_end < target
+    finally:
+        gate.set()
+    kind, value = finishes(lambda: journal.synced_through(target, 5.0))
+    assert (kind, value) == ("returned", True) and journal.synced_end >= target
+    journal._destroy()
