@@ -11,11 +11,16 @@ from click.testing import CliRunner
 from haqueue.bench.startup import StartupResult, cache_bytecode, command, start_once
 from haqueue.cli.bench import bench
 
+EXIT_MARGIN = 0.005  # seconds of CPU a killed process may spend exiting, counted in its rusage
+
 
 def test_one_start_reports_listening_before_the_put_is_answered():
     listening, answered, cpu = start_once(command("beanstalkd"))
     assert 0 < listening <= answered < 10
-    assert 0 < cpu < answered
+    # One thread's CPU cannot outrun the wall clock, but rusage is read after the
+    # kill and counts the process's exit too: for beanstalkd, whose whole start
+    # is ~2 ms, that margin showed (2.026 ms of CPU for 2.013 ms to the reply).
+    assert 0 < cpu < answered + EXIT_MARGIN
 
 
 def test_haqueue_starts_and_answers_put(tmp_path):
