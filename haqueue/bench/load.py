@@ -562,6 +562,17 @@ async def _require_empty_tube(spec: LoadSpec, conn: _Connection) -> None:
         )
 
 
+async def close_run(tasks: list, opened: list) -> None:
+    """End a run: cancel its tasks, close its connections, and let the transports
+    close before the loop goes away (peer_load.py ends its runs the same way)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for conn in opened:
+        conn.close()
+    await asyncio.sleep(0)
+
+
 async def run_share(
     spec: LoadSpec, ready: Callable[[], Awaitable[int]] | None = None
 ) -> ShareResult:
@@ -614,10 +625,4 @@ async def _run_share(spec: LoadSpec, ready: Callable[[], Awaitable[int]] | None)
         await run.done
         return run.result()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for conn in opened:
-            conn.close()
-        # Let the transports close before the loop goes away.
-        await asyncio.sleep(0)
+        await close_run(tasks, opened)

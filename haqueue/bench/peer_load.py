@@ -42,6 +42,7 @@ from haqueue.bench.load import (
     _Run,
     _schedule,
     _watchdog,
+    close_run,
     monotonic_ns,
 )
 
@@ -543,9 +544,4 @@ async def _run(peer, spec: LoadSpec) -> ShareResult:
         await run.done
         return run.result()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for conn in opened:
-            conn.close()
-        await asyncio.sleep(0)
+        await close_run(tasks, opened)

@@ -96,6 +96,15 @@ def _refused(reply: Reply, what: str) -> Refused:
     return Refused(f"{what}: the server answered {' '.join((reply.word, *reply.args))}")
 
 
+def _expect(reply: Reply, word: str, what: str, not_found: str | None = None) -> Reply:
+    """`reply` if it is `word`; NotFound(not_found) for NOT_FOUND when that is given; else Refused."""
+    if not_found is not None and reply.word == "NOT_FOUND":
+        raise NotFound(not_found)
+    if reply.word != word:
+        raise _refused(reply, what)
+    return reply
+
+
 class Console:
     def __init__(self, endpoints: list[Endpoint], timeout: float = FIND_TIMEOUT,
                  op_timeout: float = OP_TIMEOUT) -> None:
@@ -170,22 +179,16 @@ class Console:
 
         def op(conn: Connection) -> dict:
             _use(conn, tube)
-            reply = conn.call(f"peek-{state}")
-            if reply.word == "NOT_FOUND":
-                raise NotFound(f"no {state} job in tube {tube}")
-            if reply.word != "FOUND":
-                raise _refused(reply, f"peek-{state}")
+            reply = _expect(conn.call(f"peek-{state}"), "FOUND", f"peek-{state}",
+                            not_found=f"no {state} job in tube {tube}")
             return {"id": int(reply.args[0]), "body": reply.body}
 
         return self.run(op)
 
     def show(self, job_id: int) -> dict:
         def op(conn: Connection) -> dict:
-            reply = conn.call(f"peek {job_id}")
-            if reply.word == "NOT_FOUND":
-                raise NotFound(f"job {job_id} not found")
-            if reply.word != "FOUND":
-                raise _refused(reply, f"peek {job_id}")
+            reply = _expect(conn.call(f"peek {job_id}"), "FOUND", f"peek {job_id}",
+                            not_found=f"job {job_id} not found")
             stats = _job_stats(conn, job_id)
             return {"id": job_id, "body": reply.body, "stats": stats}
 
@@ -233,9 +236,7 @@ class Console:
                 if reply.word == "NOT_FOUND":
                     raise NotFound(f"job {job_id} is gone (deleted or reserved meanwhile)")
                 raise _refused(reply, f"reserve-job {job_id}")
-            reply = conn.call(f"bury {job_id} {stats.get('pri', 0)}", change=True)
-            if reply.word != "BURIED":
-                raise _refused(reply, f"bury {job_id}")
+            _expect(conn.call(f"bury {job_id} {stats.get('pri', 0)}", change=True), "BURIED", f"bury {job_id}")
             return "buried"
 
         return self.run(op)
@@ -243,31 +244,22 @@ class Console:
     # --------------------------------------------------------------- tubes
     def tubes(self) -> list[str]:
         def op(conn: Connection) -> list[str]:
-            reply = conn.call("list-tubes")
-            if reply.word != "OK":
-                raise _refused(reply, "list-tubes")
-            return yaml_items(reply.body)
+            return yaml_items(_expect(conn.call("list-tubes"), "OK", "list-tubes").body)
 
         return self.run(op)
 
     def tube_stats(self, tube: str) -> dict:
         def op(conn: Connection) -> dict:
-            reply = conn.call(f"stats-tube {tube}")
-            if reply.word == "NOT_FOUND":
-                raise NotFound(f"tube {tube} not found")
-            if reply.word != "OK":
-                raise _refused(reply, f"stats-tube {tube}")
+            reply = _expect(conn.call(f"stats-tube {tube}"), "OK", f"stats-tube {tube}",
+                            not_found=f"tube {tube} not found")
             return yaml_fields(reply.body)
 
         return self.run(op)
 
     def pause(self, tube: str, seconds: int) -> None:
         def op(conn: Connection) -> None:
-            reply = conn.call(f"pause-tube {tube} {seconds}", change=True)
-            if reply.word == "NOT_FOUND":
-                raise NotFound(f"tube {tube} not found")
-            if reply.word != "PAUSED":
-                raise _refused(reply, f"pause-tube {tube}")
+            _expect(conn.call(f"pause-tube {tube} {seconds}", change=True), "PAUSED", f"pause-tube {tube}",
+                    not_found=f"tube {tube} not found")
 
         self.run(op)
 
@@ -285,10 +277,7 @@ class Console:
         """The id the next put gets (haqueue's stats; beanstalkd: total-jobs + 1)."""
 
         def op(conn: Connection) -> int:
-            reply = conn.call("stats")
-            if reply.word != "OK":
-                raise _refused(reply, "stats")
-            fields = yaml_fields(reply.body)
+            fields = yaml_fields(_expect(conn.call("stats"), "OK", "stats").body)
             return int(fields.get("haqueue-next-id", fields.get("total-jobs", 0) + 1))
 
         return self.run(op)
@@ -311,18 +300,14 @@ class Console:
 
 
 def _use(conn: Connection, tube: str) -> None:
-    reply = conn.call(f"use {tube}")
-    if reply.word != "USING":
-        raise _refused(reply, f"use {tube}")
+    _expect(conn.call(f"use {tube}"), "USING", f"use {tube}")
 
 
 def _job_stats(conn: Connection, job_id: int) -> dict | None:
     reply = conn.call(f"stats-job {job_id}")
     if reply.word == "NOT_FOUND":
         return None
-    if reply.word != "OK":
-        raise _refused(reply, f"stats-job {job_id}")
-    return yaml_fields(reply.body)
+    return yaml_fields(_expect(reply, "OK", f"stats-job {job_id}").body)
 
 
 def _explain_not_found(conn: Connection, job_id: int, what: str) -> None:
