@@ -15,7 +15,7 @@ measured slower with the node on one core (cycle, window 1, -f0, alternating
 runs on a quiet machine: 1,601-1,719 against 1,849-2,156 cycles/s inline):
 at a 0.1 ms fsync the thread hand-offs cost more than the overlap saves.
 
-Measured against the pysyncobj path it replaces (docs/benchmarks.md, issue
+Measured against the pysyncobj path it replaces (docs/benchmarks-log.md, issue
 9): two thread hand-offs per entry and pysyncobj's per-tick work were most of
 a lone command's cost. And a lone node that never imports pysyncobj (nor the
 cryptography it loads) starts listening and answering sooner (issue 10).
