@@ -50,7 +50,7 @@ whether it is on disk.
 
 The leader syncs in the background (`sync_in_background`, one worker thread):
 its own fsync then overlaps the followers' round trip without stopping the
-Raft thread from reading their acknowledgements, and applying an entry waits
+event loop, where Raft ticks, from reading their acknowledgements, and applying an entry waits
 only for the bytes of that entry (`sync(through=...)`), not for entries
 appended since. A follower's acknowledgements wait for their bytes in the same
 worker (`synced_through`, which waits at most a given time), so a slow disk

@@ -251,7 +251,7 @@ class LoneReplica:
     # ----------------------------------------------------------- leadership
     @property
     def ticked_at(self) -> float:
-        return time.monotonic()  # no tick thread to starve: never overdue
+        return time.monotonic()  # no Raft to tick: never overdue
 
     def is_leader(self) -> bool:
         return self.fatal_error is None

@@ -145,7 +145,7 @@ phases = st.lists(
         "late": st.sets(st.sampled_from(PAIRS)),  # held back...
         "late_kind": st.sampled_from([None, "request_vote"]),  # ...every message, or only vote requests
         "release": st.booleans(),  # ...and delivered, in order, at the end of this phase or a later one
-        "paused": st.sets(st.integers(0, 2), max_size=1),  # a node whose tick thread is stuck
+        "paused": st.sets(st.integers(0, 2), max_size=1),  # a node whose ticks are stuck
         "steps": st.integers(4, 120),  # rounds of STEP (0.005 s): 0.02 to 0.6 s
     }),
     min_size=1, max_size=6)
