@@ -41,7 +41,9 @@ def bench() -> None:
     """Measure throughput and latency: haqueue against beanstalkd, its peers, itself.
 
     Every reply is checked; the first unexpected one ends the run with an error.
-    Figures and the commands that made them: docs/benchmarks.md.
+    Figures and the commands that made them: docs/benchmarks.md. The older
+    spelling with flags only (`bench --compare --workload cycle`) still runs
+    the same benchmark as the subcommand (`bench compare --workload cycle`).
     """
 
 

@@ -169,7 +169,7 @@ def _run(
 
         try:
             progress, started = Progress(), time.monotonic()
-            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --scrape: {elapsed(started)} elapsed"):
+            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench scrape: {elapsed(started)} elapsed"):
                 result = bench_scrape(scrape_tubes)
             click.echo(result.describe())
         except BenchError as exc:
@@ -368,7 +368,7 @@ def _bench_gearman(workload: str, nodes: int, connections: int, producers: int, 
         raise click.ClickException(f"--gearman starts its own servers: it excludes {' and '.join(others)}")
     try:
         progress, started = Progress(), time.monotonic()
-        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --gearman: {elapsed(started)} elapsed"):
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench gearman: {elapsed(started)} elapsed"):
             results = bench_gearman(workload, nodes, connections if workload == "submit" else producers,
                                     consumers, body_size, duration, warmup, backlog or 256, timeout, repeat)
         click.echo(format_gearman(results))
@@ -406,7 +406,7 @@ def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, wa
             pin_servers(cpus or {-1})
         progress, started = Progress(), time.monotonic()
         step = ["starting"]
-        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --peers: {step[0]}, {elapsed(started)} elapsed"):
+        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench peers: {step[0]}, {elapsed(started)} elapsed"):
             sitting = peers.bench_peers(systems, duration, warmup, timeout, on_step=lambda m: step.__setitem__(0, m))
         where = (f"servers on CPU {','.join(map(str, sorted(cpus)))}, the load (one process) on the others"
                  if cpus else "unpinned")
@@ -421,7 +421,7 @@ def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, wa
                 "fdatasync_ms": round(sync_ms, 4)}))
         if sitting.errors:
             total = len(systems) * len(peers.WORKLOADS)
-            raise BenchError(f"--peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")
+            raise BenchError(f"bench peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
 
