@@ -1,11 +1,13 @@
 """The chaos lab's fault scenarios and their registry.
 
 A scenario is a function `(lab, rng) -> fault`: it injects one fault into a whole
-running lab, records when (CLOCK_MONOTONIC, as the workload does) and what it
-measured in the returned dict, repairs the fault, and leaves the lab to recover
-(runner.py waits until it is whole again). To add one: write the function here and
-add its name to SCENARIOS (and to CAMPAIGN or STORAGE_SCENARIOS if it belongs there);
-report.py prints any extra figure it records.
+running lab, records when (CLOCK_MONOTONIC, as the workload does: `_fault(name,
+node)` starts the dict) and what it measured, repairs the fault, and leaves the lab
+to recover (runner.py waits until it is whole again). To add one: write the function
+here, add it to SCENARIOS and a line to the list below; put it in STORAGE_SCENARIOS,
+SEQUENCES or CAMPAIGN if it belongs there (tests/lab/test_chaos.py runs every
+scenario in none of them in its process-and-network test). A figure the report
+should print is one more line in report.py's format_report.
 
 Scenarios (each a function of the lab and a seeded random source):
   kill-leader        SIGKILL the leader's haqueue; restart it once a new leader serves
@@ -509,6 +511,7 @@ def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
     return _cut_leader_and_a_follower(lab, rng, "cut-leader-to-follower", both_ways=False)
 
 
+# The registry: `--scenario` names -> scenarios. `mix`, `all` and `campaign` draw from it.
 SCENARIOS = {
     "kill-leader": kill_leader,
     "pause-leader": pause_leader,
