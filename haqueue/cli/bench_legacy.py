@@ -16,7 +16,19 @@ from haqueue.cli.bench_run import PEER_SYSTEMS, Settings, run
 LEGACY_NAME = "legacy-flags"
 
 
-@click.command(LEGACY_NAME, hidden=True)
+class _SpelledAsBench(click.Context):
+    """Errors and usage say `haqueue bench`, as the user typed, not the hidden name."""
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path if self.parent is not None else super().command_path
+
+
+class _Legacy(click.Command):
+    context_class = _SpelledAsBench
+
+
+@click.command(LEGACY_NAME, cls=_Legacy, hidden=True)
 @click.option("--id-mode", type=click.Choice(["segment", "exact", "both"]), default=Settings.id_mode,
               hidden=True)
 @click.option("--clients", type=click.IntRange(min=1), default=None, hidden=True)

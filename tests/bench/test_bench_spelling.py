@@ -102,3 +102,9 @@ def test_bench_help_lists_every_subcommand_and_hides_the_old_spelling():
     listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines() if line.strip()]
     assert listed == sorted(["put", "cycle", "openloop", "compare", "cluster", "peers", "gearman", "ids",
                              "startup", "timers", "memory", "scrape", "flood"])
+
+
+def test_an_old_spelling_mistake_is_reported_as_bench_in_one_line(capsys):
+    # The hidden command's name never shows: the user typed `haqueue bench`.
+    assert main(["bench", "--window", "0"]) == 2
+    assert capsys.readouterr().err == "haqueue bench: Invalid value for '--window': 0 is not in the range x>=1.\n"
