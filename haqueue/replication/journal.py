@@ -57,6 +57,15 @@ worker (`synced_through`, which waits at most a given time), so a slow disk
 delays its answers but not its loop. Truncations wait for a background sync to finish first, so
 `synced_end` never counts bytes of a file that was cut and written again.
 
+Compaction after a snapshot (deleteEntriesTo) drops the covered entries from
+memory at once and the file's prefix later: the worker copies the kept records
+to `<journal>.compact` and syncs the copy while appends go on, and the loop, at
+its next add (or its one-second timer), copies what was appended since and
+renames the copy into place. Until then the file keeps the prefix, which is
+consistent with the snapshot (snapshot.align_journal drops it at a restart).
+Positions (end, offsets, synced_end, owed_end) are logical and never move; the
+file offset of a position is position - base.
+
 Failures are final. Any error writing, syncing, truncating or renaming the
 journal (EIO, ENOSPC, a short write) poisons it: that call and every later
 one raise JournalError naming the file and the error, and nothing after the
