@@ -166,7 +166,9 @@ class ReplicatedQueue(SyncObj):
 
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
-        SyncObj._SyncObj__applyLogEntries(self)
+        # Nothing is applied while a received snapshot's state is built (raft_snapshots.py).
+        if not self.snapshots.loading:
+            SyncObj._SyncObj__applyLogEntries(self)
         return False
 
     def _sync_then_poll(self, timeout):
@@ -215,6 +217,7 @@ class ReplicatedQueue(SyncObj):
         node's own periodic work: keepalives, the majority watch, the fsync
         policy, the snapshot trigger. The loop's ticker calls it (on_loop.py); a
         test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
         self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
@@ -281,8 +284,8 @@ class ReplicatedQueue(SyncObj):
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) on every tick once a follower's
         # election timeout has run out; True starts a campaign (docs/pysyncobj.md D9).
-        if not self._hears_majority or self.transport is None:
-            return False
+        if not self._hears_majority or self.transport is None or self.snapshots.loading:
+            return False  # (a node still building a received snapshot's state cannot lead)
         step = self.campaign.step(self.raftCurrentTerm, monotonic(), self._is_majority)
         if step == CAMPAIGN:
             self.transport.elections.election_started(self.raftCurrentTerm + 1)
