@@ -153,7 +153,7 @@ def _apply_client_options(options, admin_token, max_connections, max_tubes, max_
                           max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None) -> None:
     """Flags given on the command line win over the cluster file's (already in options)."""
     from haqueue.server.app import TlsFiles
-    from haqueue.server.limits import parse_reserve, parse_size
+    from haqueue.config.limits import parse_reserve, parse_size
 
     limits = options.limits
     if max_connections is not None:

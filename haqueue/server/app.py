@@ -31,6 +31,7 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Callable
 
 from haqueue import events
+from haqueue.config.limits import ClientLimits
 from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
@@ -39,7 +40,7 @@ from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, 
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
+from haqueue.server.limits import MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
@@ -285,7 +286,7 @@ class QueueServer:
         them for when it leads; the leader commits them now if they differ from
         the replicated rules. A file that does not validate changes nothing
         (one error line): the node keeps the rules it had."""
-        from haqueue.cluster import ClusterFileError, load_cluster
+        from haqueue.config.cluster import ClusterFileError, load_cluster
 
         path = self.options.config_path
         if path is None:
