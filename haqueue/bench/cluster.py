@@ -13,7 +13,7 @@ import time
 
 from haqueue import admin_client
 from haqueue.bench.load import BenchError
-from haqueue.cluster import ClusterFileError, Node, load_cluster
+from haqueue.config.cluster import ClusterFileError, Node, load_cluster
 
 CHECK_TIMEOUT = 0.3  # per admin request; a node that takes longer is not leading
 

@@ -93,8 +93,8 @@ import zlib
 from array import array
 from contextlib import contextmanager
 
+from haqueue.config.fsync_policy import FsyncPolicy
 from haqueue.core.commands import ID_RESERVE_MARK, reserves_ids
-from haqueue.replication.fsync_policy import FsyncPolicy
 from haqueue.replication.observed import FsyncTimer
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
+from haqueue.config.fsync_policy import DURABLE, NEVER, FsyncPolicy
 from haqueue.replication.journal import PREALLOCATE, DurableJournal, JournalError
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from haqueue.core import commands as C
 from haqueue.replication import journal as journal_module
-from haqueue.replication.fsync_policy import DURABLE, NEVER
+from haqueue.config.fsync_policy import DURABLE, NEVER
 from haqueue.replication.journal import MAGIC, DurableJournal, frame
 from tests.replication.test_journal_worker import finishes
 from tests.support.power_loss import PowerLoss
