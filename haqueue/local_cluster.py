@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from haqueue import admin_client
-from haqueue.cluster import Cluster, load_cluster
+from haqueue.config.cluster import Cluster, load_cluster
 
 LOOPBACK_BASE = 11  # 127.0.0.11, .12, ...
 

@@ -84,7 +84,7 @@ fi
 # -- 2. what the cluster file says about this host (validated by haqueue itself)
 facts=$("$python" - "$config" "$id" "$role" <<'PY'
 import sys
-from haqueue.cluster import ClusterFileError, load_cluster
+from haqueue.config.cluster import ClusterFileError, load_cluster
 from haqueue.ops.check import default_role
 path, member_id, role = sys.argv[1:]
 try:

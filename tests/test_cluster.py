@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from haqueue.cluster import ClusterFileError, load_cluster, parse_cluster
+from haqueue.config.cluster import ClusterFileError, load_cluster, parse_cluster
 
 BASE = """\
 [cluster]

@@ -1,4 +1,5 @@
-"""`bench --cluster CONFIG`: find the node of a running cluster that serves clients.
+"""`bench cluster CONFIG` (and compare, timers and flood --cluster): find the node of a running
+cluster that serves clients.
 
 Rules: the cluster file names every node and its admin port; the node whose
 `/leader` check passes is the one listening on the client port (design I3), so
@@ -12,7 +13,7 @@ import time
 
 from haqueue import admin_client
 from haqueue.bench.load import BenchError
-from haqueue.cluster import ClusterFileError, Node, load_cluster
+from haqueue.config.cluster import ClusterFileError, Node, load_cluster
 
 CHECK_TIMEOUT = 0.3  # per admin request; a node that takes longer is not leading
 

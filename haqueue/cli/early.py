@@ -46,7 +46,7 @@ _VALUED = {"-l": "listen", "--listen": "listen", "-p": "port", "--port": "port",
            "-b": "data_dir", "--data-dir": "data_dir", "-f": "fsync_ms", "--fsync-ms": "fsync_ms",
            "-z": "max_job_size", "--max-job-size": "max_job_size",
            "-s": "journal_size", "--journal-size": "journal_size"}
-DEFAULT_FSYNC_MS = 50  # beanstalkd's default -f (haqueue/replication/fsync_policy.py)
+DEFAULT_FSYNC_MS = 50  # beanstalkd's default -f (haqueue/config/fsync_policy.py)
 DEFAULT_MAX_JOB_SIZE = 65535
 DEFAULT_JOURNAL_SIZE = 10485760
 # click's IntRange for each number: (smallest, largest or None).

@@ -9,6 +9,7 @@ status 1, whichever way the command line was read.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import stat
@@ -24,7 +25,7 @@ class StartError(Exception):
 def serve_plain(values: dict) -> int:
     """Run a lone node from early.plain_options' values; the exit status."""
     from haqueue import logs
-    from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
+    from haqueue.config.fsync_policy import NEVER, FsyncPolicy
 
     logs.configure(values["verbose"])
     policy = NEVER if values["no_fsync"] else FsyncPolicy(values["fsync_ms"])
@@ -43,6 +44,7 @@ def serve_plain(values: dict) -> int:
 def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_size: int):
     """NodeOptions for a node on its own: systemd's socket, a Unix socket or host:port."""
     from haqueue.cli import early
+    from haqueue.config.replication import ReplicationSettings
     from haqueue.server.app import Listen, NodeOptions
 
     early_signals = None
@@ -69,9 +71,8 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
             where = Listen(host=listen, port=port)
     return NodeOptions(
         listen=where,
-        raft_address="127.0.0.1:0",  # a one-node cluster talks to nobody
-        data_dir=data_dir,
-        policy=policy,
+        # A one-node cluster talks to nobody: no partners, no Raft port bound.
+        replication=ReplicationSettings("127.0.0.1:0", [], data_dir=data_dir, policy=policy),
         max_job_size=max_job_size,
         early_signals=early_signals,
     )
@@ -80,7 +81,8 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
 def set_compaction(options, journal_size: int, compact: bool) -> None:
     """-s BYTES and -c/-n: when the journal is compacted into a snapshot, if ever
     (snapshot.journal_due: the one trigger)."""
-    options.journal_limit = journal_size if compact else None
+    limit = journal_size if compact else None
+    options.replication = dataclasses.replace(options.replication, journal_limit=limit)
 
 
 def run_node(options, user: str | None = None) -> int:
@@ -88,7 +90,7 @@ def run_node(options, user: str | None = None) -> int:
     from haqueue.replication.replica import preload, startup_errors
     from haqueue.server.app import QueueServer
 
-    preload(bool(options.raft_partners))
+    preload(bool(options.replication.partners))
     # A journal or snapshot this node cannot trust: one line, exit non-zero.
     untrusted = startup_errors()
     if user is not None:

@@ -15,7 +15,7 @@ import click
 
 from haqueue.cli import ops_host
 from haqueue.cli.options import config_option, emit, load, made_by, node_option, one_line_errors, output_option
-from haqueue.cluster import ClusterFileError
+from haqueue.config.cluster import ClusterFileError
 
 
 @click.group()

@@ -24,7 +24,7 @@ from click.core import ParameterSource
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 if TYPE_CHECKING:
-    from haqueue.cluster import Cluster
+    from haqueue.config.cluster import Cluster
     from haqueue.ops.render import RenderedFile
 
 

@@ -100,7 +100,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         return
     from haqueue import logs
     from haqueue.cli import node_start
-    from haqueue.replication.fsync_policy import NEVER, FsyncPolicy
+    from haqueue.config.fsync_policy import NEVER, FsyncPolicy
 
     logs.configure(verbose, json_lines=log_json, show_events=config_path is not None)
     policy = NEVER if no_fsync else FsyncPolicy(fsync_ms)
@@ -153,7 +153,7 @@ def _apply_client_options(options, admin_token, max_connections, max_tubes, max_
                           max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None) -> None:
     """Flags given on the command line win over the cluster file's (already in options)."""
     from haqueue.server.app import TlsFiles
-    from haqueue.server.limits import parse_reserve, parse_size
+    from haqueue.config.limits import parse_reserve, parse_size
 
     limits = options.limits
     if max_connections is not None:
@@ -191,16 +191,19 @@ def _apply_client_options(options, admin_token, max_connections, max_tubes, max_
 def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
     import dataclasses
 
+    from haqueue.config.replication import ReplicationSettings
     from haqueue.server.app import Listen, NodeOptions, TlsFiles
 
     cluster, me = load_cluster_file(config_path, node_id)
     return NodeOptions(
         listen=Listen(host=me.address, port=me.client_port, vip=cluster.vip_address),
-        raft_address=me.raft_endpoint,
-        raft_partners=[peer.raft_endpoint for peer in cluster.peers_of(node_id)],
-        data_dir=data_dir or me.data_dir,
-        policy=policy,
-        secret=cluster.secret,
+        replication=ReplicationSettings(
+            self_address=me.raft_endpoint,
+            partners=[peer.raft_endpoint for peer in cluster.peers_of(node_id)],
+            data_dir=data_dir or me.data_dir,
+            policy=policy,
+            secret=cluster.secret,
+        ),
         max_job_size=max_job_size,
         admin=(me.address, me.admin_port),
         name=f"{cluster.name}/{me.id}",

@@ -20,7 +20,7 @@ def load_cluster_file(path: str, node_id: str | None = None):
 
     Returns the Cluster, or (Cluster, Node) when node_id is given.
     """
-    from haqueue.cluster import ClusterFileError, load_cluster
+    from haqueue.config.cluster import ClusterFileError, load_cluster
 
     try:
         cluster = load_cluster(path)

@@ -31,7 +31,7 @@ import sys
 
 def view(data_dir: str) -> dict:
     from haqueue.replication import snapshot
-    from haqueue.replication.fsync_policy import FsyncPolicy
+    from haqueue.config.fsync_policy import FsyncPolicy
     from haqueue.replication.journal import DurableJournal
 
     out: dict = {"snapshot": None, "journal": None, "journal_matches_snapshot": False, "entries_at_risk": 0,

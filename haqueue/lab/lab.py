@@ -50,7 +50,7 @@ from pathlib import Path
 import psutil
 
 from haqueue import admin_client
-from haqueue.cluster import Cluster, load_cluster
+from haqueue.config.cluster import Cluster, load_cluster
 from haqueue.lab import storage, topology
 from haqueue.lab.topology import LabState
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from haqueue.cluster import Cluster, Node
+from haqueue.config.cluster import Cluster, Node
 from haqueue.ops import render
 from haqueue.ops.render import RenderedFile
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from haqueue import admin_client
-from haqueue.cluster import Cluster, Node
+from haqueue.config.cluster import Cluster, Node
 from haqueue.ops import lvs
 from haqueue.ops import sysctl as sysctl_table
 from haqueue.ops.bonding import BondState, parse_proc_bonding

@@ -37,7 +37,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from haqueue.cluster import Cluster, ClusterFileError, Node
+from haqueue.config.cluster import Cluster, ClusterFileError, Node
 from haqueue.ops.render import RenderedFile, header, short_number, with_header
 
 SCRIPT_NAME = "haqueue-leader-check.sh"

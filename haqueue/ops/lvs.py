@@ -26,8 +26,8 @@ connections survive that.
 
 from __future__ import annotations
 
-from haqueue.cluster import Cluster, ClusterFileError, Node
-from haqueue.ops.lvs_settings import LVS_MODES
+from haqueue.config.cluster import Cluster, ClusterFileError, Node
+from haqueue.config.lvs import LVS_MODES
 from haqueue.ops.render import RenderedFile, header, short_number, with_header
 
 LOGGER = "/usr/bin/logger"

@@ -21,7 +21,7 @@ node ids come from the validated cluster file (no quoting needed).
 
 from __future__ import annotations
 
-from haqueue.cluster import Cluster
+from haqueue.config.cluster import Cluster
 from haqueue.ops.render import RenderedFile, header
 
 CONFIG_FILE = "prometheus-haqueue.yml"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
-from haqueue.cluster import Cluster
+from haqueue.config.cluster import Cluster
 from haqueue.ops import render
 from haqueue.ops.render import RenderedFile
 

@@ -37,7 +37,7 @@ and [keepalived] tables (validated there: no spaces or quotes to escape).
 
 from __future__ import annotations
 
-from haqueue.cluster import Cluster, Node
+from haqueue.config.cluster import Cluster, Node
 from haqueue.ops.lvs import DIRECTOR_SCRIPT_PATH, REALSERVER_SCRIPT_PATH
 from haqueue.ops.render import RenderedFile, header, short_number
 

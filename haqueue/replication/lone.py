@@ -3,7 +3,7 @@
 A lone node is its own majority: an entry is committed the moment it is in
 its own journal, synced as its fsync policy says (`-f0`: before anything
 that depends on it is answered). So it needs none of pysyncobj's machinery:
-no tick thread, no Raft port, no election, no hand-off between threads.
+no Raft ticks, no Raft port, no election, no hand-off between threads.
 `submit` runs in the event loop's thread and does, in order: write the entry
 to the journal, fsync it (`-f0`; with `-f MS` a timer syncs at most every MS
 ms, as beanstalkd does), apply it, and call back with its results and
@@ -216,7 +216,7 @@ class LoneReplica:
         limit = self.config.journal_limit
         writer = self.snapshot_writer
         if (limit is not None and len(journal) >= 2 and writer.may_start()
-                and snapshot.journal_due(journal.end, limit, self.observations.last_snapshot_bytes or 0)):
+                and snapshot.journal_due(journal.size, limit, self.observations.last_snapshot_bytes or 0)):
             last, before = journal[len(journal) - 1], journal[len(journal) - 2]
             if writer.start(self.state, (last, before, ())):
                 self._snapshot_fd = os.pidfd_open(writer.pid)

@@ -31,8 +31,7 @@ from haqueue.replication import applying
 from haqueue.replication import transport as links
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
 from haqueue.replication.transport import SyncingTransport
-from haqueue.replication.fsync_policy import FsyncPolicy
-from haqueue.replication.timing import RaftTiming  # noqa: F401  (re-exported: tests build clusters with it)
+from haqueue.config.replication import RaftTiming, ReplicationSettings
 from haqueue.replication.journal import JournalError, fatal_message
 from haqueue.replication import snapshot_writer
 from haqueue.replication.raft_snapshots import RaftSnapshots
@@ -49,18 +48,14 @@ ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 class ReplicatedQueue(SyncObj):
     def __init__(
         self,
-        self_address: str,
-        partner_addresses: list[str],
+        settings: ReplicationSettings,
         *,
-        data_dir: str | None,
-        policy: FsyncPolicy,
-        secret: str | None = None,
-        timing: RaftTiming | None = None,
-        journal_limit: int | None = None,
-        max_entry_bytes: int = 8 << 20,
         on_role_change=None,
         on_fatal=None,
     ) -> None:
+        # The settings, read here once: pysyncobj's SyncObjConf below is built from them.
+        self_address, partner_addresses, data_dir = settings.self_address, settings.partners, settings.data_dir
+        policy, journal_limit = settings.policy, settings.journal_limit
         if not partner_addresses:
             raise ValueError("a Raft node needs partners; a cluster of one is lone.LoneReplica")
         self.state = QueueState()
@@ -88,7 +83,7 @@ class ReplicatedQueue(SyncObj):
         self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
         self.snapshot_writer = self.snapshots.writer
         self._partners = list(partner_addresses)
-        timing = timing or RaftTiming()
+        timing = settings.timing or RaftTiming()
         self._keepalive_period = timing.heartbeat
         self._next_keepalive = 0.0
         self.leader_fallback = timing.leader_fallback
@@ -117,7 +112,7 @@ class ReplicatedQueue(SyncObj):
             logCompactionMinEntries=float("inf"),
             logCompactionMinTime=float("inf"),
             onStateChanged=self._state_changed,
-            password=secret,
+            password=settings.secret,
             dynamicMembershipChange=False,
             commandsQueueSize=200000,
             # pysyncobj splits an entry at least this big into chunks, and
@@ -126,7 +121,7 @@ class ReplicatedQueue(SyncObj):
             # follower gets a premature "finish", fails to unpickle, and the
             # leader retries later (docs/pysyncobj.md D13). Above the largest entry the
             # batcher makes, that path is never taken.
-            appendEntriesBatchSizeBytes=max_entry_bytes + 1,
+            appendEntriesBatchSizeBytes=settings.max_entry_bytes + 1,
             maxBindRetries=5,
             bindRetryTime=0.1,
             tcp_keepalive=(1, 1, 3),
@@ -166,7 +161,9 @@ class ReplicatedQueue(SyncObj):
 
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
-        SyncObj._SyncObj__applyLogEntries(self)
+        # Nothing is applied while a received snapshot's state is built (raft_snapshots.py).
+        if not self.snapshots.loading:
+            SyncObj._SyncObj__applyLogEntries(self)
         return False
 
     def _sync_then_poll(self, timeout):
@@ -215,6 +212,7 @@ class ReplicatedQueue(SyncObj):
         node's own periodic work: keepalives, the majority watch, the fsync
         policy, the snapshot trigger. The loop's ticker calls it (on_loop.py); a
         test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
         self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
@@ -281,8 +279,8 @@ class ReplicatedQueue(SyncObj):
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) on every tick once a follower's
         # election timeout has run out; True starts a campaign (docs/pysyncobj.md D9).
-        if not self._hears_majority or self.transport is None:
-            return False
+        if not self._hears_majority or self.transport is None or self.snapshots.loading:
+            return False  # (a node still building a received snapshot's state cannot lead)
         step = self.campaign.step(self.raftCurrentTerm, monotonic(), self._is_majority)
         if step == CAMPAIGN:
             self.transport.elections.election_started(self.raftCurrentTerm + 1)

@@ -26,16 +26,53 @@ and asks `due` after every tick (docs/pysyncobj.md D5). The rules:
 - A snapshot the leader sent: pysyncobj wrote it without fsync and clears the
   journal next (synced), so `read` syncs it first; one it cannot sync or read
   stops the node (pysyncobj would only log it and go on as a zombie).
+- Building the state of a received snapshot is the slow part of reading it
+  (500,000 jobs: 0.5 s to unpickle, 4-12 s to build), so `read` checks the file
+  and unpickles it on the loop, hands pysyncobj its raft data at once, and
+  builds the state in a thread (StateBuild). Meanwhile the node goes on as a
+  follower: it appends and acknowledges the leader's entries (so a cluster with
+  a node down still has its majority), votes, and answers keepalives, but it
+  applies nothing (raft_node holds applying back while `loading`), takes no
+  snapshot of its own and does not campaign; its state is the old one until
+  `poll_build`, at a tick, puts the new one in place. A second snapshot received
+  meanwhile replaces the build under way (issue 23, B7).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 from haqueue.replication import snapshot, snapshot_writer
 from haqueue.replication.snapshot import SnapshotError
 from haqueue.replication.snapshot_writer import SnapshotWriter
+
+
+class StateBuild:
+    """A received snapshot's state, built in a thread while the loop keeps ticking."""
+
+    def __init__(self, records, path: str, build: Callable) -> None:
+        self.path = path
+        self.state = None
+        self.error: SnapshotError | None = None
+        self.done = threading.Event()
+        thread = threading.Thread(target=self._run, args=(records, build), name="snapshot-load", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (memory, limits): build it here instead
+            self._run(records, build)
+
+    def _run(self, records, build) -> None:
+        try:
+            self.state = build(records, self.path)
+        except SnapshotError as exc:
+            self.error = exc
+        except BaseException as exc:  # MemoryError, a bug: this node cannot hold the state
+            self.error = SnapshotError(f"snapshot {self.path}: building its state failed: "
+                                       f"{type(exc).__name__}: {exc}")
+        finally:
+            self.done.set()
 
 
 class RaftSnapshots:
@@ -52,6 +89,28 @@ class RaftSnapshots:
         self.log_bytes = 0
         self._covered = 0  # of those, what the snapshot being written covers
         self._preloaded: tuple | None = None
+        self.build_state = snapshot.build_state  # what a StateBuild runs (a test may hold it)
+        self._build: StateBuild | None = None
+        self._restoring = None  # the restore's log context, open while the build runs
+
+    @property
+    def loading(self) -> bool:
+        """Is a received snapshot's state still being built? (see the module docstring)"""
+        return self._build is not None
+
+    def poll_build(self) -> None:
+        """At a tick: put a finished build's state in place; a failed one stops the node."""
+        build = self._build
+        if build is None or not build.done.is_set():
+            return
+        self._build = None
+        restoring, self._restoring = self._restoring, None
+        if build.error is not None:
+            self.node._fatal(str(build.error))
+            return
+        self.node.state = build.state
+        if restoring is not None:
+            restoring.__exit__(None, None, None)
 
     def load_at_start(self, journal) -> None:
         """Read the snapshot now and line `journal` (None in memory) up with it."""
@@ -67,10 +126,10 @@ class RaftSnapshots:
         """Fold the log into a snapshot now? (the one trigger; see the module docstring)"""
         node = self.node
         limit = node.journal_limit
-        if limit is None or not self.writer.may_start():
+        if limit is None or self.loading or not self.writer.may_start():
             return False
         if node.journal is not None:
-            return snapshot.journal_due(node.journal.end, limit, node.observations.last_snapshot_bytes or 0)
+            return snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
         return self.log_bytes > limit
 
     def write(self, _pysyncobj_tmp: str, raft_data) -> None:
@@ -91,17 +150,23 @@ class RaftSnapshots:
         preloaded, self._preloaded = self._preloaded, None
         if preloaded is not None:
             state, raft_data = preloaded  # read, and its restore logged, at start-up
-        else:
-            with node.observations.restoring(path):
-                try:
-                    if not node.policy.never:
-                        snapshot.sync_file(path)
-                    state, raft_data = snapshot.read(path)
-                except OSError as exc:
-                    node._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
-                    raise
-                except SnapshotError as exc:
-                    node._fatal(str(exc))
-                    raise
-        node.state = state
+            node.state = state
+            return raft_data
+        restoring = node.observations.restoring(path)
+        restoring.__enter__()  # left when the state is in place (poll_build)
+        try:
+            if not node.policy.never:
+                snapshot.sync_file(path)
+            records, raft_data = snapshot.read_records(path)
+        except OSError as exc:
+            node._fatal(f"snapshot {path}: cannot sync it: {exc.strerror or exc}")
+            raise
+        except SnapshotError as exc:
+            node._fatal(str(exc))
+            raise
+        # A build still under way is for an older snapshot: this one replaces it.
+        if self._restoring is not None:
+            self._restoring.__exit__(None, None, None)
+        self._build = StateBuild(records, path, self.build_state)
+        self._restoring = restoring
         return raft_data

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
+from haqueue.config.fsync_policy import NEVER
 from haqueue.core.commands import decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import snapshot as snapshot_file
-from haqueue.replication.fsync_policy import NEVER
 from haqueue.replication.journal import DurableJournal, unframe
 
 

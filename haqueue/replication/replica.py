@@ -23,28 +23,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from haqueue.config.replication import ReplicationSettings
 from haqueue.core.effects import Applied
-from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
-from haqueue.replication.timing import RaftTiming
 
-__all__ = ["Replica", "ReplicaConfig", "ReplicaLike", "RaftTiming", "open_replica", "startup_errors"]
-
-
-@dataclass
-class ReplicaConfig:
-    """Where this node's Raft endpoint is, who its peers are, and how it keeps its log."""
-
-    self_address: str
-    partners: list[str]
-    data_dir: str | None = None
-    policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
-    secret: str | None = None
-    timing: RaftTiming | None = None
-    journal_limit: int | None = None
-    max_entry_bytes: int = 8 << 20
+__all__ = ["Replica", "ReplicaLike", "open_replica", "startup_errors"]
 
 
 OnApplied = Callable[[Applied | None], None]
@@ -95,29 +79,27 @@ def _term_of(role: str, current_term: int) -> int:
     return current_term + 1 if role == "candidate" else current_term
 
 
-def open_replica(config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
+def open_replica(settings: ReplicationSettings, *, on_role_change: Callable[[str, int], None],
                  on_fatal: Callable[[str], None]) -> ReplicaLike:
     """This node's replica: a Raft member if it has partners, else a cluster of one
     (lone.py), which needs no Raft and never imports pysyncobj."""
-    if not config.partners:
+    if not settings.partners:
         from haqueue.replication.lone import LoneReplica
 
-        return LoneReplica(config, on_role_change=on_role_change, on_fatal=on_fatal)
-    return Replica(config, on_role_change=on_role_change, on_fatal=on_fatal)
+        return LoneReplica(settings, on_role_change=on_role_change, on_fatal=on_fatal)
+    return Replica(settings, on_role_change=on_role_change, on_fatal=on_fatal)
 
 
 class Replica:
     """A member of a Raft group (pysyncobj, behind raft_node.ReplicatedQueue)."""
 
-    def __init__(self, config: ReplicaConfig, *, on_role_change: Callable[[str, int], None],
+    def __init__(self, settings: ReplicationSettings, *, on_role_change: Callable[[str, int], None],
                  on_fatal: Callable[[str], None]) -> None:
         from haqueue.replication.raft_node import FAIL_SUCCESS, ReplicatedQueue
 
         self._succeeded = FAIL_SUCCESS
         self._raft = raft = ReplicatedQueue(
-            config.self_address, config.partners, data_dir=config.data_dir, policy=config.policy,
-            secret=config.secret, timing=config.timing, journal_limit=config.journal_limit,
-            max_entry_bytes=config.max_entry_bytes,
+            settings,
             on_role_change=lambda role: on_role_change(role, _term_of(role, raft.raftCurrentTerm)),
             on_fatal=on_fatal,
         )

@@ -21,6 +21,7 @@ Duties, in the order they happen:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -31,15 +32,16 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Callable
 
 from haqueue import events
+from haqueue.config.limits import ClientLimits
+from haqueue.config.replication import ReplicationSettings
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
 from haqueue.core.ids import rule_from_record, wanted_rule_records
-from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
+from haqueue.replication.replica import ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
+from haqueue.server.limits import MemoryGauge, raise_fd_limit
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
@@ -89,15 +91,11 @@ class Listen:
 @dataclass
 class NodeOptions:
     listen: Listen
-    raft_address: str
-    raft_partners: list[str] = field(default_factory=list)
-    data_dir: str | None = None
-    policy: FsyncPolicy = FsyncPolicy(DEFAULT_FSYNC_MS)
-    secret: str | None = None
+    # Raft: endpoint, peers, data directory, fsync policy, secret, timing, journal limit;
+    # built once by the command line and taken whole by the replica (config/replication.py).
+    replication: ReplicationSettings
     max_job_size: int = 65535
-    timing: RaftTiming | None = None
     admin: tuple[str, int] | None = None
-    journal_limit: int | None = 10485760
     name: str = "haqueue"
     # Every member of the cluster as (id, address, admin port, Raft endpoint),
     # this node included, for the status page's cluster view (status_page.py).
@@ -122,6 +120,16 @@ class NodeOptions:
     # The Gearman port on the client listener's host (and the VIP), served by
     # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
     gearman_port: int = 0
+
+    # Read by more than the replica (the disk reserve, metrics, the admin port), named here
+    # so those readers need not know where the Raft settings live.
+    @property
+    def data_dir(self) -> str | None:
+        return self.replication.data_dir
+
+    @property
+    def raft_address(self) -> str:
+        return self.replication.self_address
 
 
 @dataclass(frozen=True)
@@ -235,21 +243,18 @@ class QueueServer:
         self.memory.start()
         options = self.options
         self.replica = open_replica(
-            ReplicaConfig(
-                options.raft_address, options.raft_partners, data_dir=options.data_dir,
-                policy=options.policy, secret=options.secret, timing=options.timing,
-                journal_limit=options.journal_limit,
-                # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
-                # bigger than that, plus the batch's framing.
-                max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10),
-            ),
+            # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
+            # bigger than that, plus the batch's framing.
+            dataclasses.replace(options.replication,
+                                max_entry_bytes=MAX_BATCH_BYTES + self.max_job_size + (64 << 10)),
             on_role_change=lambda role, term: loop.call_soon_threadsafe(self._role_changed, role, term),
             on_fatal=lambda msg: loop.call_soon_threadsafe(self._die, msg),
         )
         replica = self.replica
-        self.disk = DiskReserve(loop, options.data_dir, self.limits.disk_reserve, options.journal_limit,
+        self.disk = DiskReserve(loop, options.data_dir, self.limits.disk_reserve,
+                                options.replication.journal_limit,
                                 lambda: (replica.observations.last_snapshot_bytes or 0,
-                                         replica.journal.end if replica.journal is not None else 0))
+                                         replica.journal.file_bytes if replica.journal is not None else 0))
         self.disk.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -285,7 +290,7 @@ class QueueServer:
         them for when it leads; the leader commits them now if they differ from
         the replicated rules. A file that does not validate changes nothing
         (one error line): the node keeps the rules it had."""
-        from haqueue.cluster import ClusterFileError, load_cluster
+        from haqueue.config.cluster import ClusterFileError, load_cluster
 
         path = self.options.config_path
         if path is None:

@@ -48,13 +48,14 @@ import os
 from typing import Callable
 
 from haqueue import events
+from haqueue.config.limits import RESERVE_OFF
 
 POLL_SECONDS = 0.25
 DEFAULT_FLOOR_MAX = 64 << 20
 DEFAULT_FLOOR_SHARE = 16  # the default floor: 1/16 of the file system, at most DEFAULT_FLOOR_MAX
 RESUME_MIN = 1 << 20
 PUT_OVERHEAD = 256  # a put's journal record besides its body: framing, pickled fields
-OFF = -1  # ClientLimits.disk_reserve: no reserve at all
+OFF = RESERVE_OFF  # ClientLimits.disk_reserve: no reserve at all
 
 
 def reserve_bytes(floor: int, journal_limit: int | None, snapshot_bytes: int, journal_bytes: int) -> int:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
+from haqueue.config.limits import ClientLimits
 from haqueue.core.state import QueueState
-from haqueue.server.limits import ClientLimits
 from haqueue.server.stats import ServerCounters
 from haqueue.server.tubes import TubeDirectory
 

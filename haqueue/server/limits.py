@@ -1,10 +1,11 @@
 """What one node lets its clients hold: connections, tubes, buffers, memory.
 
 A careless or hostile client must not exhaust a node's memory or starve the
-others (docs/design.md I8). This module owns the numbers and the few pieces of
-plumbing that enforce them outside a connection: the file-descriptor limit
-that makes `max_connections` possible, and the resident-memory gauge behind
-`max_memory`. The per-connection flow control that uses the buffer bounds
+others (docs/design.md I8). The limits an operator sets are
+haqueue/config/limits.py's `ClientLimits`; this module owns the fixed buffer
+bounds and the few pieces of plumbing that enforce the limits outside a
+connection: the file-descriptor limit that makes `max_connections` possible,
+and the resident-memory gauge behind `max_memory`. The per-connection flow control that uses the buffer bounds
 lives in session.py.
 
 Per connection (docs/reliability.md, "Hostile clients", derives the total):
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import resource
-from dataclasses import dataclass
+
+from haqueue.config.limits import ClientLimits
 
 log = logging.getLogger(__name__)
 
@@ -59,41 +60,6 @@ TICK_OVERDUE_SECONDS = 0.03
 RESERVED_FDS = 64
 # How often the resident set is read for max_memory (/proc/self/statm: cheap).
 MEMORY_POLL_S = 0.1
-
-
-@dataclass
-class ClientLimits:
-    """The limits `haqueue serve` flags and the cluster file's [limits] table set."""
-
-    max_connections: int = 10000
-    max_tubes: int = 100000
-    max_watched_tubes: int = 1000
-    max_memory: int = 0  # bytes of resident memory; 0: no limit
-    output_timeout: float = 60.0  # seconds a connection's output may stay over OUTPUT_HIGH
-    # The disk reserve's floor in bytes (disk_reserve.py); None: the default (1/16 of the
-    # file system, at most 64 MiB); disk_reserve.OFF (-1): no reserve.
-    disk_reserve: int | None = None
-
-
-_UNITS = {"": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
-_SIZE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
-
-
-def parse_size(text: str) -> int:
-    """Bytes from "536870912", "512MiB", "2GiB" or "2G"; ValueError names the problem."""
-    m = _SIZE.fullmatch(text)
-    unit = m[2].lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size (bytes, or a number with KiB, MiB, GiB, K, M, G)")
-    return int(m[1]) * _UNITS[unit]
-
-
-def parse_reserve(text: str) -> int | None:
-    """A disk reserve floor: a size, or "off" (disk_reserve.OFF); ValueError names the problem."""
-    if text.strip().lower() == "off":
-        return -1  # disk_reserve.OFF
-    return parse_size(text)
 
 
 def raise_fd_limit(limits: ClientLimits) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from haqueue.cli.main import main
-from haqueue.cluster import load_cluster
+from haqueue.config.cluster import load_cluster
 from haqueue.ops import keepalived, render
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,6 +30,7 @@ from haqueue.protocol.gearman import ProtocolError as GearmanProtocolError
 from haqueue.protocol.gearman import encode as gearman_encode
 from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
+from haqueue.config.replication import ReplicationSettings
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.batcher import Batcher
 from haqueue.server.disk_reserve import DiskReserve
@@ -209,7 +210,7 @@ class ScriptedTransport(asyncio.Transport):
 
 
 def make_server(loop: asyncio.AbstractEventLoop) -> QueueServer:
-    server = QueueServer(NodeOptions(listen=Listen(port=0), raft_address="127.0.0.1:0",
+    server = QueueServer(NodeOptions(listen=Listen(port=0), replication=ReplicationSettings("127.0.0.1:0", []),
                                      max_job_size=MAX_JOB_SIZE))
     server.loop = loop
     server.replica = InstantLog()

@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from haqueue.cluster import Cluster, load_cluster
+from haqueue.config.cluster import Cluster, load_cluster
 from haqueue.ops.render import RenderedFile
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from haqueue.cluster import parse_cluster
+from haqueue.config.cluster import parse_cluster
 from haqueue.ops import check
 from haqueue.ops.check import FAIL, OK, WARN, HostFacts, Keepalived, LeaderProbe, Link
 from tests.ops.ops_host_testlib import (

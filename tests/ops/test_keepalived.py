@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from haqueue.cluster import ClusterFileError, parse_cluster
+from haqueue.config.cluster import ClusterFileError, parse_cluster
 from haqueue.ops import keepalived
 from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
 from tests.ops.keepalived_tools import config_test, netns, require_root_tools

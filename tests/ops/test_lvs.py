@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from haqueue.cluster import ClusterFileError, parse_cluster
+from haqueue.config.cluster import ClusterFileError, parse_cluster
 from haqueue.ops import lvs
 from tests.ops.golden_tools import VAGRANT, case_cluster, case_config_arg, check_golden
 from tests.ops.keepalived_tools import config_test, netns, require_root_tools

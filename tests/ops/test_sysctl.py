@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from haqueue.cluster import load_cluster, parse_cluster
+from haqueue.config.cluster import load_cluster, parse_cluster
 from haqueue.ops import sysctl
 from tests.ops.ops_host_testlib import (
     CLUSTER,

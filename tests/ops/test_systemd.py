@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from haqueue.cluster import parse_cluster
+from haqueue.config.cluster import parse_cluster
 from haqueue.ops import lvs, systemd
 from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
 

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from haqueue.cluster import load_cluster
+from haqueue.config.cluster import load_cluster
 from tests.ops.ops_host_testlib import REPO
 
 VAGRANTFILE = REPO / "Vagrantfile"

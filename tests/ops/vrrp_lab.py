@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from haqueue.cluster import Cluster, parse_cluster
+from haqueue.config.cluster import Cluster, parse_cluster
 from haqueue.lab.lab import wait_for
 from haqueue.ops import keepalived
 from tests.ops.keepalived_tools import KEEPALIVED, SCRIPT_UID

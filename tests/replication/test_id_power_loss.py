@@ -19,9 +19,10 @@ import pytest
 
 from haqueue.core import commands as C
 from haqueue.core.results import Tag
-from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
+from haqueue.config.fsync_policy import DURABLE, NEVER, FsyncPolicy
 from haqueue.replication.journal import DurableJournal, frame
-from haqueue.replication.replica import ReplicaConfig, open_replica
+from haqueue.config.replication import ReplicationSettings
+from haqueue.replication.replica import open_replica
 from tests.support.power_loss import PowerLoss
 from tests.support.ticked import free_ports
 from tests.support.ticked_on_disk import cluster_on_disk
@@ -41,7 +42,7 @@ def values(applied) -> range:
 
 
 # ------------------------------------------------------------------ a lone node
-def lone_reserves(config: ReplicaConfig, entries: int) -> list[int]:
+def lone_reserves(config: ReplicationSettings, entries: int) -> list[int]:
     """Open the lone node, reserve one id per entry, and let the power go before it stops."""
     handed_out: list[int] = []
 
@@ -62,7 +63,7 @@ def lone_reserves(config: ReplicaConfig, entries: int) -> list[int]:
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_lone_node_never_hands_out_an_id_again_after_a_power_loss(tmp_path, policy):
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy)
     before = lone_reserves(config, 5)
     after = lone_reserves(config, 1)
     assert before == [0, 1, 2, 3, 4]
@@ -151,7 +152,7 @@ def test_a_snapshot_is_written_synced_under_F_since_it_holds_the_counters(tmp_pa
 
     monkeypatch.setattr(snapshot, "write_in_child", write_in_child)
     # A journal of one byte is due to be folded as soon as it holds two entries.
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, journal_limit=1)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, journal_limit=1)
 
     async def main() -> None:
         replica = LoneReplica(config, on_role_change=lambda role, term: None, on_fatal=lambda message: None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from haqueue.replication.fsync_policy import DURABLE, FsyncPolicy
+from haqueue.config.fsync_policy import DURABLE, FsyncPolicy
 from haqueue.replication.journal import DurableJournal
 
 

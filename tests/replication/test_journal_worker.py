@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import DURABLE
+from haqueue.config.fsync_policy import DURABLE
 from haqueue.replication.journal import DurableJournal, JournalError
 from tests.support.ticked import free_ports
 from tests.support.ticked_on_disk import cluster_on_disk

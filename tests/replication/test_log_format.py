@@ -10,7 +10,7 @@ import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported 
 import pysyncobj.pickle
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import DURABLE
+from haqueue.config.fsync_policy import DURABLE
 from haqueue.replication.journal import DurableJournal
 from tests.support.servers import RawConn, start_haqueue
 

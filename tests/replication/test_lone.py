@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import DURABLE, NEVER, FsyncPolicy
+from haqueue.config.fsync_policy import DURABLE, NEVER, FsyncPolicy
 from haqueue.replication.journal import DurableJournal
 from haqueue.replication.lone import LoneReplica
 from haqueue.replication.replay import replay_with_tail
-from haqueue.replication.replica import ReplicaConfig, open_replica
+from haqueue.config.replication import ReplicationSettings
+from haqueue.replication.replica import open_replica
 
 STAMP = 1_700_000_000_000
 
@@ -38,7 +39,7 @@ async def snapshot_written(replica: LoneReplica, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def run_lone(config: ReplicaConfig, batches: list[list[tuple]]) -> tuple[list, list, LoneReplica]:
+def run_lone(config: ReplicationSettings, batches: list[list[tuple]]) -> tuple[list, list, LoneReplica]:
     """Open, lead, submit each batch as one entry, stop; what came back."""
     roles: list = []
     outcomes: list = []
@@ -57,7 +58,7 @@ def run_lone(config: ReplicaConfig, batches: list[list[tuple]]) -> tuple[list, l
 
 
 def test_a_lone_node_leads_at_once_and_answers_each_entry_as_it_is_submitted():
-    roles, outcomes, replica = run_lone(ReplicaConfig("127.0.0.1:0", []),
+    roles, outcomes, replica = run_lone(ReplicationSettings("127.0.0.1:0", []),
                                         [[put("a"), put("b", delay=1000)], [(C.TICK,)]])
     assert isinstance(replica, LoneReplica)
     assert roles == [("leader", 1)]
@@ -67,7 +68,7 @@ def test_a_lone_node_leads_at_once_and_answers_each_entry_as_it_is_submitted():
 
 
 def test_what_a_lone_node_logged_is_there_after_a_restart_and_each_start_is_a_new_term(tmp_path):
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE)
     _, _, first = run_lone(config, [[put(body=b"one")], [put(body=b"two"), put(body=b"three")]])
     roles, outcomes, second = run_lone(config, [[put(body=b"four")]])
     assert roles == [("leader", 2)]
@@ -80,7 +81,7 @@ def test_what_a_lone_node_logged_is_there_after_a_restart_and_each_start_is_a_ne
 
 @pytest.mark.parametrize("policy", [DURABLE, FsyncPolicy(50)], ids=["f0", "f50"])
 def test_snapshots_fold_the_journal_and_a_restart_reads_them_back(tmp_path, policy):
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy, journal_limit=4096)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=policy, journal_limit=4096)
     body = b"b" * 700
 
     async def main() -> tuple[str, list[int], int]:
@@ -117,7 +118,7 @@ def test_a_lone_node_whose_snapshot_fails_says_why_and_waits_before_it_tries_aga
 
     events.clear()
     os.mkdir(tmp_path / "raft.snapshot.writing")  # where the writer writes first: open() fails, EISDIR
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, journal_limit=4096)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=NEVER, journal_limit=4096)
 
     async def main() -> LoneReplica:
         replica = open_replica(config, on_role_change=lambda *a: None, on_fatal=pytest.fail)
@@ -142,7 +143,7 @@ def test_a_data_dir_written_by_a_raft_lone_node_is_read_by_a_lone_replica(tmp_pa
     (commit 1572b59, the last that could build one) for three puts of b"old"."""
     shutil.copytree(Path(__file__).resolve().parent.parent / "testdata" / "raft-lone-node", tmp_path,
                     dirs_exist_ok=True)
-    _, outcomes, lone = run_lone(ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE),
+    _, outcomes, lone = run_lone(ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE),
                                  [[put(body=b"new")]])
     assert outcomes[0].results == [("INSERTED", 4)]
     assert [job.body for _, job in sorted(lone.state.jobs.items())] == [b"old"] * 3 + [b"new"]
@@ -151,10 +152,11 @@ def test_a_data_dir_written_by_a_raft_lone_node_is_read_by_a_lone_replica(tmp_pa
 def test_a_lone_node_never_loads_pysyncobj_or_cryptography(tmp_path):
     code = f"""
 import asyncio, sys
-from haqueue.replication.replica import ReplicaConfig, open_replica
+from haqueue.config.replication import ReplicationSettings
+from haqueue.replication.replica import open_replica
 import haqueue.server.app, haqueue.cli.serve
 async def main():
-    replica = open_replica(ReplicaConfig("127.0.0.1:0", [], data_dir={str(tmp_path)!r}),
+    replica = open_replica(ReplicationSettings("127.0.0.1:0", [], data_dir={str(tmp_path)!r}),
                            on_role_change=lambda *a: None, on_fatal=print)
     replica.start()
     replica.stop()
@@ -167,7 +169,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pysyncobj", "cryptog
 
 
 def test_a_compacted_journal_without_its_snapshot_refuses_to_start(tmp_path):
-    config = ReplicaConfig("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE, journal_limit=4096)
+    config = ReplicationSettings("127.0.0.1:0", [], data_dir=str(tmp_path), policy=DURABLE, journal_limit=4096)
 
     async def fill() -> None:
         replica = open_replica(config, on_role_change=lambda *a: None, on_fatal=pytest.fail)

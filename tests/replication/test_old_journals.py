@@ -29,7 +29,7 @@ import haqueue.replication.pysyncobj_patches  # noqa: F401  (pysyncobj imported 
 from haqueue.core import commands as C
 from haqueue.core.job import BURIED, RESERVED
 from haqueue.core.state import SNAPSHOT_FORMAT_VERSION
-from haqueue.replication.fsync_policy import NEVER
+from haqueue.config.fsync_policy import NEVER
 from haqueue.replication.journal import DurableJournal, unframe
 from haqueue.replication.replay import replay_with_tail
 from haqueue.replication.snapshot import SNAPSHOT_MAGIC

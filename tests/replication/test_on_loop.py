@@ -17,7 +17,8 @@ import threading
 from haqueue.core import commands as C
 from haqueue.core.commands import encode_batch
 from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
-from haqueue.replication.fsync_policy import NEVER
+from haqueue.config.fsync_policy import NEVER
+from haqueue.config.replication import ReplicationSettings
 from haqueue.replication.on_loop import EpollPoller
 from haqueue.replication.raft_node import ReplicatedQueue
 from tests.support.ticked import free_ports
@@ -80,7 +81,7 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
     async def run() -> None:
         loop = asyncio.get_running_loop()
         addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
-        nodes = [ReplicatedQueue(a, [p for p in addresses if p != a], data_dir=None, policy=NEVER, secret="s")
+        nodes = [ReplicatedQueue(ReplicationSettings(a, [p for p in addresses if p != a], policy=NEVER, secret="s"))
                  for a in addresses]
         try:
             for node in nodes:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import NEVER
+from haqueue.config.fsync_policy import NEVER
 from haqueue.replication.lone import LoneReplica
 from haqueue.replication.raft_node import ROLE_NAMES
-from haqueue.replication.replica import Replica, ReplicaConfig, ReplicaLike, _term_of, open_replica
+from haqueue.config.replication import ReplicationSettings
+from haqueue.replication.replica import Replica, ReplicaLike, _term_of, open_replica
 from tests.support.ticked import free_ports, ticked_cluster
 
 PACKAGE = Path(__file__).resolve().parents[2] / "haqueue"
@@ -44,8 +45,8 @@ def test_only_the_replication_package_imports_pysyncobj():
 
 
 def test_the_server_and_the_cli_reach_replication_through_the_facade_only():
-    # The façade, the fsync policy it takes, and the offline replay of a stopped node's files.
-    allowed = {"haqueue.replication.replica", "haqueue.replication.fsync_policy",
+    # The façade and the offline replay of a stopped node's files.
+    allowed = {"haqueue.replication.replica",
                "haqueue.replication.replay", "haqueue.replication"}
     offenders = []
     for folder in ("server", "cli"):
@@ -75,7 +76,7 @@ def test_replicas_on_a_loop_elect_a_leader_that_returns_each_entry_s_results_and
         replicas = []
         for address in addresses:
             replicas.append(Replica(
-                ReplicaConfig(address, [a for a in addresses if a != address], policy=NEVER, secret="s"),
+                ReplicationSettings(address, [a for a in addresses if a != address], policy=NEVER, secret="s"),
                 on_role_change=lambda role, term, address=address: roles.append((address, role, term)),
                 on_fatal=lambda message: None))
         try:
@@ -110,7 +111,7 @@ def test_replicas_on_a_loop_elect_a_leader_that_returns_each_entry_s_results_and
 
 
 def test_a_lone_replica_offers_everything_the_interface_names_and_always_holds_its_lease():
-    lone = LoneReplica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
+    lone = LoneReplica(ReplicationSettings("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
     assert isinstance(lone, ReplicaLike)
     assert lone.read_lease_valid()  # nobody else can lead
 
@@ -119,8 +120,8 @@ def test_a_raft_node_without_partners_is_refused_a_cluster_of_one_is_a_lone_repl
     from haqueue.replication.raft_node import ReplicatedQueue
 
     with pytest.raises(ValueError, match="needs partners"):
-        ReplicatedQueue("127.0.0.1:0", [], data_dir=None, policy=NEVER)
-    replica = open_replica(ReplicaConfig("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
+        ReplicatedQueue(ReplicationSettings("127.0.0.1:0", [], policy=NEVER))
+    replica = open_replica(ReplicationSettings("127.0.0.1:0", []), on_role_change=print, on_fatal=print)
     assert isinstance(replica, LoneReplica)
 
 

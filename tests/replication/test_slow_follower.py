@@ -17,7 +17,7 @@ import time
 
 from haqueue.core import commands as C
 from haqueue.core.commands import encode_batch
-from haqueue.replication.fsync_policy import DURABLE
+from haqueue.config.fsync_policy import DURABLE
 from haqueue.replication.transport import KEEPALIVE, SLOW_ACK
 from tests.support.ticked import filter_at, ticked_cluster
 

@@ -28,7 +28,8 @@ import pytest
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
 from haqueue.replication import snapshot
-from haqueue.replication.fsync_policy import NEVER
+from haqueue.config.fsync_policy import NEVER
+from haqueue.config.replication import ReplicationSettings
 from haqueue.replication.journal import DurableJournal
 from haqueue.replication.replay import apply_entries, replay
 from tests.support.load import producer
@@ -332,8 +333,8 @@ def test_a_snapshot_received_unreadable_stops_the_node(tmp_path):
 
     stops = []
     # Its partner never answers: the node is never ticked.
-    node = ReplicatedQueue(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"], data_dir=str(tmp_path / "d"),
-                           policy=NEVER, on_fatal=stops.append)
+    node = ReplicatedQueue(ReplicationSettings(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"],
+                                               data_dir=str(tmp_path / "d"), policy=NEVER), on_fatal=stops.append)
     try:
         received = tmp_path / "d" / "raft.snapshot"
         received.write_bytes(b"")  # as pysyncobj leaves a transfer cut short by a crash
@@ -365,8 +366,8 @@ def test_a_stuck_snapshot_writer_never_keeps_a_failed_node_from_exiting(tmp_path
     # inherited at fork) kept a node that had already failed from exiting.
     from haqueue.replication.raft_node import ReplicatedQueue
 
-    node = ReplicatedQueue(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"], data_dir=str(tmp_path / "d"),
-                           policy=NEVER)
+    node = ReplicatedQueue(ReplicationSettings(f"{HOST}:{free_port()}", [f"{HOST}:{free_port()}"],
+                                               data_dir=str(tmp_path / "d"), policy=NEVER))
     stuck = subprocess.Popen(["sleep", "60"])  # stands in for the hung writer, our own child
     try:
         node.snapshot_writer.pid = stuck.pid

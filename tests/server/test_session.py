@@ -14,11 +14,12 @@ import asyncio
 
 import pytest
 
+from haqueue.config.limits import ClientLimits
 from haqueue.core import commands as C
 from haqueue.protocol import beanstalk as P
 from haqueue.server import session as session_module
 from haqueue.server.host import SessionHost
-from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, ClientLimits
+from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH
 from haqueue.server.tubes import DEFAULT_TUBE
 from tests.support.session_host import LocalHost, connect, turn
 

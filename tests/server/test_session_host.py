@@ -19,6 +19,7 @@ import pytest
 from haqueue.server import connection as connection_module
 from haqueue.server import gearman_service, gearman_session, ids_udp
 from haqueue.server import session as session_module
+from haqueue.config.replication import ReplicationSettings
 from haqueue.server.app import Listen, NodeOptions, QueueServer
 from haqueue.server.gearman_service import GearmanHost
 from haqueue.server.host import ConnectionHost, SessionHost
@@ -83,7 +84,7 @@ def test_an_interface_lists_nothing_its_front_end_does_not_use(modules, interfac
 
 @pytest.mark.parametrize("interface", [SessionHost, GearmanHost, IdHost], ids=IDS)
 def test_queue_server_provides_every_member_of_each_interface(interface):
-    server = QueueServer(NodeOptions(Listen(port=0), raft_address="127.0.0.1:0"))
+    server = QueueServer(NodeOptions(Listen(port=0), ReplicationSettings("127.0.0.1:0", [])))
     provided = set(vars(server)) | {name for name in dir(QueueServer)}
     assert _members(interface) <= provided, sorted(_members(interface) - provided)
 

@@ -19,7 +19,7 @@ import asyncio
 
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
-from haqueue.server.limits import ClientLimits
+from haqueue.config.limits import ClientLimits
 from haqueue.server.session import Session
 from haqueue.server.stats import ServerCounters
 from haqueue.server.tubes import TubeDirectory

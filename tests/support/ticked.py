@@ -27,8 +27,9 @@ from typing import Callable, Iterator
 
 from haqueue.replication import pysyncobj_patches
 from haqueue.replication import transport as raft_transport
-from haqueue.replication.fsync_policy import NEVER
-from haqueue.replication.raft_node import RaftTiming, ReplicatedQueue
+from haqueue.config.fsync_policy import NEVER
+from haqueue.config.replication import RaftTiming, ReplicationSettings
+from haqueue.replication.raft_node import ReplicatedQueue
 
 STEP = 0.005  # virtual seconds per round: a tenth of the default heartbeat
 
@@ -109,8 +110,8 @@ class TickedCluster:
         address = node.selfNode.address
         partners = [n.selfNode.address for n in self.nodes if n is not node]
         secret = self._secrets.pop(node)
-        fresh = ReplicatedQueue(address, partners, data_dir=None, policy=NEVER, secret=secret,
-                                timing=self.timing, **self._node_options)
+        fresh = raft_node(address, partners, data_dir=None, policy=NEVER, secret=secret,
+                          timing=self.timing, **self._node_options)
         self._secrets[fresh] = secret
         fresh.transport.tryGetReady()
         self.nodes[self.nodes.index(node)] = fresh
@@ -170,6 +171,13 @@ class TickedCluster:
         return outcome[0]
 
 
+def raft_node(address: str, partners: list[str], *, on_role_change=None, on_fatal=None,
+              **settings) -> ReplicatedQueue:
+    """A ReplicatedQueue at `address`; `settings` are ReplicationSettings' other fields."""
+    return ReplicatedQueue(ReplicationSettings(address, partners, **settings),
+                           on_role_change=on_role_change, on_fatal=on_fatal)
+
+
 @contextmanager
 def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets: list[str] | None = None,
                    elect: bool = True, step: float = STEP, data_root: str | None = None,
@@ -181,7 +189,7 @@ def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets:
     default ticked until they have one leader that everyone follows. The same
     `addresses` and `data_root` build the same cluster again (a restart of every
     node); `prepare(node)` runs before any node listens. `node_options` go to
-    every ReplicatedQueue (journal_limit=...)."""
+    every node (raft_node: a ReplicationSettings field such as journal_limit, or a callback)."""
     timing = timing or RaftTiming()
     clock = VirtualClock()
     addresses = addresses or [f"127.0.0.1:{p}" for p in free_ports(count)]
@@ -193,8 +201,8 @@ def ticked_cluster(timing: RaftTiming | None = None, count: int = 3, *, secrets:
         try:
             for n, (address, secret) in enumerate(zip(addresses, secrets)):
                 data_dir = os.path.join(data_root, node_dir.format(n=n)) if data_root is not None else None
-                nodes.append(ReplicatedQueue(address, [a for a in addresses if a != address], data_dir=data_dir,
-                                             policy=policy, secret=secret, timing=timing, **node_options))
+                nodes.append(raft_node(address, [a for a in addresses if a != address], data_dir=data_dir,
+                                       policy=policy, secret=secret, timing=timing, **node_options))
             for node in nodes:
                 prepare(node)
                 node.transport.tryGetReady()  # everyone listening before anyone connects

@@ -1,10 +1,10 @@
 """The cluster file's [lvs] block: the LVS director pair's knobs and the rules they obey.
 
 Owns `LvsSettings`, the forwarding methods (`LVS_MODES`) and how the block is
-read from the file (with the field reader of haqueue/cluster_fields.py);
-haqueue/ops/lvs.py beside it renders the directors' and real servers' files
-from the values and explains each. Kept apart from the renderer for the same
-reason as keepalived_settings.py: loading a cluster file stays cheap.
+read from the file (with the field reader of fields.py); haqueue/ops/lvs.py
+renders the directors' and real servers' files from the values and explains
+each. Kept apart from the renderer for the same
+reason as keepalived.py: loading a cluster file stays cheap.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Mapping
 
-from haqueue.cluster_fields import Fields
-from haqueue.ops.keepalived_settings import read_advert_int
+from haqueue.config.fields import Fields
+from haqueue.config.keepalived import read_advert_int
 
 LVS_MODES = ("dr", "tun", "nat")
 

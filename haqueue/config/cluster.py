@@ -10,9 +10,9 @@ and every problem is reported as one line that names the key:
 This module owns the `Cluster` value and the rules of [cluster], [[nodes]],
 [[directors]], [deploy], [limits] and [tls]; each rule that is not a plain
 type or range check sits beside the dataclass it fills. The [keepalived] and
-[lvs] blocks' rules live beside their renderers (haqueue/ops/
-keepalived_settings.py, lvs_settings.py), and every block is read with the
-one field reader in haqueue/cluster_fields.py.
+[lvs] blocks' rules live beside it (keepalived.py, lvs.py in this package;
+their renderers are haqueue/ops/keepalived.py, lvs.py), the [limits] values in
+limits.py, and every block is read with the one field reader in fields.py.
 
 Shape (keys may be added; these are relied on by tooling and docs):
 
@@ -110,11 +110,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from haqueue.cluster_fields import ClusterFileError, Fields
+from haqueue.config.fields import ClusterFileError, Fields
+from haqueue.config.keepalived import KeepalivedSettings
+from haqueue.config.limits import ClientLimits, parse_reserve, parse_size
+from haqueue.config.lvs import LvsSettings
 from haqueue.core.idrules import DEFAULT_SEGMENT, IdRule, RuleError, parse_offset
-from haqueue.ops.keepalived_settings import KeepalivedSettings
-from haqueue.ops.lvs_settings import LvsSettings
-from haqueue.server.limits import ClientLimits, parse_reserve, parse_size
 
 __all__ = ["Cluster", "ClusterFileError", "Deploy", "KeepalivedSettings", "LvsSettings", "Node", "TlsSettings",
            "load_cluster", "parse_cluster"]

@@ -1,9 +1,9 @@
 """The cluster file's [keepalived] block: collocated VRRP's knobs and the rules they obey.
 
 Owns `KeepalivedSettings` and how it is read from the file (with the field
-reader of haqueue/cluster_fields.py); haqueue/ops/keepalived.py beside it
-renders keepalived.conf from the values and explains each. A module of its
-own, without the renderer's text, because every `haqueue node is-leader`
+reader of fields.py); haqueue/ops/keepalived.py renders keepalived.conf
+from the values and explains each. A module of its own, without the
+renderer's text, because every `haqueue node is-leader`
 (which keepalived runs every second) loads the cluster file.
 
 `read_advert_int` is VRRP's rule, shared with the [lvs] block.
@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from haqueue.cluster_fields import PATH_RE, Fields
+from haqueue.config.fields import PATH_RE, Fields
 
 LEADER_CHECKS = ("http", "command")
 

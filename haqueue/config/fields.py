@@ -2,10 +2,10 @@
 
 Owns `ClusterFileError` and `Fields`, the one small reader that every block of
 the cluster file is validated with, so that each block's rules can sit beside
-its dataclass and its renderer (cluster.py: [cluster], [[nodes]],
-[[directors]], [deploy], [limits], [tls]; haqueue/ops/keepalived.py:
-[keepalived]; haqueue/ops/lvs.py: [lvs]) while a missing key, a wrong type, a
-value out of range or an unknown key is reported the same way everywhere:
+its dataclass (cluster.py: [cluster], [[nodes]], [[directors]], [deploy],
+[limits], [tls]; keepalived.py: [keepalived]; lvs.py: [lvs]) while a missing
+key, a wrong type, a value out of range or an unknown key is reported the
+same way everywhere:
 
     cluster.toml: lvs.delay_loop: 0.01 is out of range 0.05..60
 
