@@ -88,3 +88,19 @@ def test_a_body_of_the_wrong_shape_is_refused():
     body = pickle.dumps((3, 1, 2), protocol=5)
     with pytest.raises(F.BackupFileError, match="not a haqueue state"):
         F.decode(F.header(body, FACTS) + body)
+
+
+def test_a_stored_format_1_file_still_restores():
+    """The checklist's file of each format (fileformat.py): written by the code of
+    format 1, it must read and restore with the code of every later one."""
+    from pathlib import Path
+
+    from haqueue.backup import restore
+
+    data = (Path(__file__).parent.parent / "testdata" / "backup-v1.haqbackup").read_bytes()
+    records, fields = F.decode(data)
+    assert (fields["format"], fields["index"], fields["node"]) == (1, 812, "n2")
+    state = restore.restored_state(records, now=T0 + 10**9, skip=0)
+    assert R.summary(records) == {"jobs": 7, "ready": 3, "delayed": 1, "reserved": 1, "buried": 2, "tubes": 3,
+                                  "paused_tubes": 1, "next_job_id": 8, "id_counters": 2, "gearman_jobs": 2}
+    assert list(state.tubes["mail"].buried) == [6, 5] and state.jobs[7].body == b"\x00binary\xff"
