@@ -29,6 +29,7 @@ import asyncio
 import os
 import signal
 import struct
+import time
 
 from haqueue import events
 
@@ -108,8 +109,10 @@ class BackupRoute:
         header_facts = facts(server, taken_at)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         self.running = True
+        forked_at = time.perf_counter()
         try:
             pid = _fork_writer(state, header_facts, taken_at, write_fd)
+            fork_ms = round((time.perf_counter() - forked_at) * 1000, 1)  # the service's pause
         except OSError as exc:
             os.close(read_fd)
             self.running = False
@@ -118,9 +121,9 @@ class BackupRoute:
             raise Refused(500, f"cannot fork the backup writer: {exc.strerror or exc}\n") from None
         finally:
             os.close(write_fd)
-        events.record("backup_started", "backup of entry %d (term %d) for %s", header_facts["index"],
-                      header_facts["term"], _who(peer), index=header_facts["index"], term=header_facts["term"],
-                      peer=_who(peer))
+        events.record("backup_started", "backup of entry %d (term %d) for %s (fork %.1f ms)", header_facts["index"],
+                      header_facts["term"], _who(peer), fork_ms, index=header_facts["index"],
+                      term=header_facts["term"], peer=_who(peer), fork_ms=fork_ms)
         reader = asyncio.StreamReader(limit=CHUNK)
         transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                     os.fdopen(read_fd, "rb", buffering=0))
