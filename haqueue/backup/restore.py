@@ -58,12 +58,18 @@ def check_empty(directory: str) -> None:
             raise RestoreError(f"{directory}: not empty; restore into a new data directory")
 
 
-def write(directory: str, state: QueueState, index: int) -> str:
-    """Write the snapshot into `directory` (made if missing), synced; its path."""
+def snapshot_bytes(state: QueueState, index: int) -> bytes:
+    """The snapshot file every restored directory gets."""
     from haqueue.replication import snapshot
+
+    return snapshot.encode(state, raft_data(index))
+
+
+def write(directory: str, data: bytes) -> str:
+    """Write the snapshot `data` into `directory` (made if missing), synced; its path."""
     from haqueue.replication.journal import write_atomically
 
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, SNAPSHOT_NAME)
-    write_atomically(path, snapshot.encode(state, raft_data(index)), sync=True, tmp=path + ".writing")
+    write_atomically(path, data, sync=True, tmp=path + ".writing")
     return path

@@ -32,6 +32,8 @@ import struct
 import time
 
 from haqueue import events
+from haqueue.backup import fileformat, records
+from haqueue.replication.snapshot import WRITER_NICENESS
 
 ROUTE = "/backup"
 CHUNK = 1 << 20  # bytes per read from the child's pipe
@@ -63,11 +65,7 @@ def _fork_writer(state, header_facts: dict, taken_at: int, write_fd: int) -> int
         try:
             os.closerange(3, write_fd)
             os.closerange(write_fd + 1, os.sysconf("SC_OPEN_MAX"))
-            from haqueue.replication.snapshot import WRITER_NICENESS
-
             os.nice(WRITER_NICENESS)
-            from haqueue.backup import fileformat, records
-
             data = fileformat.encode(records.from_state(state, taken_at), header_facts)
             os.set_blocking(write_fd, True)
             view = memoryview(_LENGTH.pack(len(data)) + data)

@@ -143,8 +143,9 @@ def restore(backup_file, data_dirs, skip_ids) -> None:
             restoring.check_empty(directory)
         state = restoring.restored_state(state_records, now, skip)
         index = fields.get("index") if type(fields.get("index")) is int else 0
+        data = restoring.snapshot_bytes(state, index)
         for directory in data_dirs:
-            restoring.write(directory, state, index)
+            restoring.write(directory, data)
     except restoring.RestoreError as exc:
         raise HaqueueError(f"restore: {exc}") from None
     except OSError as exc:

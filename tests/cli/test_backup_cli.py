@@ -75,7 +75,13 @@ def test_a_restored_lone_node_serves_the_jobs_and_new_ids_above(backup_file, tmp
         client = greenstalk.Client((node.host, node.port), encoding=None)
         assert client.peek_ready().body == b"one"
         assert 800 < client.stats_job(2)["time-left"] <= 900
-        assert client.put(b"three") > 60_000_000  # auto: a minute at a million ids a second
+        third = client.put(b"three")
+        assert third > 60_000_000  # auto: a minute at a million ids a second
+        client.close()
+    with servers.haqueue(data_dir=tmp_path / "d") as node:  # restarted: snapshot, then its own journal
+        client = greenstalk.Client((node.host, node.port), encoding=None)
+        assert client.peek(third).body == b"three" and client.peek(1).body == b"one"
+        assert client.put(b"four") == third + 1
         client.close()
 
 

@@ -16,7 +16,8 @@ prepares cluster B's three data directories, and B starts on them. Then:
   before the backup began is in it (the copy is of committed state);
 - B's next job id and its next ids of both rules are above every id A
   ever handed out, including the ones after the backup;
-- B's three nodes agree (one digest), and A recorded the backup as events.
+- B's three nodes agree (one digest), also after a follower's kill -9 and
+  restart; A recorded the backup as events.
 """
 
 from __future__ import annotations
@@ -163,3 +164,8 @@ def test_backup_under_load_restores_into_a_new_cluster_with_every_job_and_ids_ab
         for rule in ("counter", "seg"):
             assert get_id(leader_b, rule) > max(ids_before[rule] + ids_after[rule])
         wait_converged(b, timeout=15)
+        # A restored node restarts from its own journal after the restored snapshot.
+        follower = next(m.id for m in b.spec.nodes if m.id != leader_b.id)
+        b.kill_node(follower)
+        b.start_node(follower)
+        wait_converged(b, timeout=20)
