@@ -106,6 +106,11 @@ def test_backup_under_load_restores_into_a_new_cluster_with_every_job_and_ids_ab
             while len(load.ledger.puts) < count + 300 and time.monotonic() < deadline:
                 time.sleep(0.02)
             ids_after = {rule: [get_id(leader, rule) for _ in range(20)] for rule in ("counter", "seg")}
+            # Asked of a follower, the command follows its answer to the leader.
+            follower = next(m for m in a.spec.nodes if m.id != leader.id)
+            assert main(["backup", "--address", f"{follower.address}:{follower.admin_port}",
+                         "-o", str(tmp_path / "via-follower.haqbackup")]) == 0
+            assert f"taken on {leader.id}" in capsys.readouterr().out
         finally:
             ledger = load.stop()
         assert not ledger.errors, ledger.errors
