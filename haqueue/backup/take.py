@@ -144,9 +144,9 @@ class BackupRoute:
             events.record("backup_sent", "backup of entry %d sent to %s: %d bytes", header_facts["index"],
                           _who(peer), length, index=header_facts["index"], bytes=length, peer=_who(peer))
         except BaseException as exc:
-            if not isinstance(exc, Refused) or sent:
-                events.record("backup_failed", "backup of entry %d not sent to %s: %s", header_facts["index"],
-                              _who(peer), exc or type(exc).__name__, reason=str(exc) or type(exc).__name__)
+            reason = str(exc).strip() or type(exc).__name__
+            events.record("backup_failed", "backup of entry %d not sent to %s: %s", header_facts["index"],
+                          _who(peer), reason, reason=reason, bytes_sent=sent)
             raise
         finally:
             transport.close()

@@ -131,3 +131,32 @@ def test_backup_from_a_closed_port_is_one_line(tmp_path, capsys):
 def test_a_header_fields_file_round_trip_keeps_the_taken_at_time(backup_file):
     _, fields = fileformat.decode(backup_file.read_bytes())
     assert fields["format"] == 1 and fields["taken_at_ms"] > 1_700_000_000_000 and fields["index"] >= 2
+
+
+def test_a_client_that_leaves_mid_backup_is_an_event_and_the_next_backup_works(tmp_path, capsys):
+    import socket
+    import time
+
+    admin = servers.free_port()
+    with servers.haqueue("--admin", f"127.0.0.1:{admin}", "-z", "20000", data_dir=tmp_path / "data") as node:
+        body = b"b" * 16_000
+        with socket.create_connection((node.host, node.port)) as sock:  # 16 MB: more than every buffer between
+            sock.sendall((b"put 0 0 60 16000\r\n" + body + b"\r\n") * 1000)
+            replies = b""
+            while replies.count(b"\r\n") < 1000:
+                replies += sock.recv(65536)
+        with socket.create_connection(("127.0.0.1", admin)) as leaving:
+            leaving.sendall(b"GET /backup HTTP/1.0\r\n\r\n")
+            assert leaving.recv(4096).startswith(b"HTTP/1.0 200 OK")
+        deadline = time.monotonic() + 10
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/status", timeout=5) as answer:
+                names = [e["event"] for e in json.loads(answer.read())["events"]]
+            if "backup_failed" in names or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # polling the node's events: no way to await one from outside
+        assert [n for n in names if n.startswith("backup")] == ["backup_started", "backup_failed"]
+        code, out, err = run(capsys, "backup", "--address", f"127.0.0.1:{admin}", "-o", str(tmp_path / "b"))
+        assert code == 0, err
+        records, _ = fileformat.decode((tmp_path / "b").read_bytes())
+        assert len(records[5]) == 1000
