@@ -125,7 +125,7 @@ class BackupRoute:
         reader = asyncio.StreamReader(limit=CHUNK)
         transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                     os.fdopen(read_fd, "rb", buffering=0))
-        sent = 0
+        sent, length = 0, -1
         try:
             try:
                 length = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))[0]
@@ -150,19 +150,32 @@ class BackupRoute:
             raise
         finally:
             transport.close()
-            _reap(pid)
+            _reap(pid, loop, finished=sent == length and sent > 0)
             self.running = False
 
 
-def _reap(pid: int) -> None:
-    """The child has written everything (or must stop): make sure it is gone."""
+def _reap(pid: int, loop: asyncio.AbstractEventLoop, finished: bool) -> None:
+    """The child has written everything, or must stop (killed): reap it once it has
+    exited, without waiting on the loop (a child of a big state takes milliseconds to
+    tear its copy of the address space down)."""
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if not done:
+        if not finished:
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        pidfd = os.pidfd_open(pid)
     except (ChildProcessError, ProcessLookupError):
-        pass
+        return
+
+    def exited() -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    loop.add_reader(pidfd, exited)
 
 
 def _who(peer) -> str:
