@@ -34,7 +34,6 @@ from haqueue.cli.main import main
 from haqueue.core.job import RESERVED, STATE_NAMES
 from tests.cluster.clients import client_for
 from tests.cluster.convergence import wait_converged
-from tests.cluster.running import running_cluster
 from tests.cluster.workload import Workload
 
 SEGMENT_RULE = """
@@ -82,41 +81,43 @@ def fixture_jobs(client: greenstalk.Client) -> dict[str, int]:
     return ids
 
 
-def test_backup_under_load_restores_into_a_new_cluster_with_every_job_and_ids_above_all(tmp_path, capsys):
+def test_backup_under_load_restores_into_a_new_cluster_with_every_job_and_ids_above_all(make_cluster, tmp_path,
+                                                                                         capsys):
     backup_file = tmp_path / "a.haqbackup"
-    with running_cluster(tmp_path / "a", serve_args=("-f0",), start=False) as a:
-        with open(a.config_path, "a") as file:
-            file.write(SEGMENT_RULE)
-        a.start()
-        leader = a.leader(timeout=15)
-        assert leader is not None
-        holder = client_for(a, leader.id)
-        fixed = fixture_jobs(holder)
-        ids_before = {rule: [get_id(leader, rule) for _ in range(20)] for rule in ("counter", "seg")}
+    a = make_cluster(["-f0"], start=False)
+    with open(a.config_path, "a") as file:
+        file.write(SEGMENT_RULE)
+    a.start()
+    leader = a.leader(timeout=15)
+    assert leader is not None
+    holder = client_for(a, leader.id)
+    fixed = fixture_jobs(holder)
+    ids_before = {rule: [get_id(leader, rule) for _ in range(20)] for rule in ("counter", "seg")}
 
-        load = Workload(a, producers=2, consumers=1).start()
-        try:
-            assert load.wait_for_puts(leader.id, 300, timeout=20), "the load did not get going"
-            started = time.monotonic()
-            assert main(["backup", "--config", str(a.config_path), "-o", str(backup_file)]) == 0
-            assert "backup of entry" in capsys.readouterr().out
-            # A goes on: puts and ids the backup cannot know of.
-            count = len(load.ledger.puts)
-            deadline = time.monotonic() + 10
-            while len(load.ledger.puts) < count + 300 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            ids_after = {rule: [get_id(leader, rule) for _ in range(20)] for rule in ("counter", "seg")}
-            # Asked of a follower, the command follows its answer to the leader.
-            follower = next(m for m in a.spec.nodes if m.id != leader.id)
-            assert main(["backup", "--address", f"{follower.address}:{follower.admin_port}",
-                         "-o", str(tmp_path / "via-follower.haqbackup")]) == 0
-            assert f"taken on {leader.id}" in capsys.readouterr().out
-        finally:
-            ledger = load.stop()
-        assert not ledger.errors, ledger.errors
-        events = [e["event"] for e in admin_client.status(leader.address, leader.admin_port, 2.0)["events"]]
-        assert "backup_started" in events and "backup_sent" in events
-        holder.close()
+    load = Workload(a, producers=2, consumers=1).start()
+    try:
+        assert load.wait_for_puts(leader.id, 300, timeout=20), "the load did not get going"
+        started = time.monotonic()
+        assert main(["backup", "--config", str(a.config_path), "-o", str(backup_file)]) == 0
+        assert "backup of entry" in capsys.readouterr().out
+        # A goes on: puts and ids the backup cannot know of.
+        count = len(load.ledger.puts)
+        deadline = time.monotonic() + 10
+        while len(load.ledger.puts) < count + 300 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ids_after = {rule: [get_id(leader, rule) for _ in range(20)] for rule in ("counter", "seg")}
+        # Asked of a follower, the command follows its answer to the leader.
+        follower = next(m for m in a.spec.nodes if m.id != leader.id)
+        assert main(["backup", "--address", f"{follower.address}:{follower.admin_port}",
+                     "-o", str(tmp_path / "via-follower.haqbackup")]) == 0
+        assert f"taken on {leader.id}" in capsys.readouterr().out
+    finally:
+        ledger = load.stop()
+    assert not ledger.errors, ledger.errors
+    events = [e["event"] for e in admin_client.status(leader.address, leader.admin_port, 2.0)["events"]]
+    assert "backup_started" in events and "backup_sent" in events
+    holder.close()
+    a.stop()  # the old cluster is gone; its ids after the backup must not come back
 
     records, fields = fileformat.decode(backup_file.read_bytes())
     jobs = {rec[0]: rec for rec in records[5]}
@@ -129,48 +130,48 @@ def test_backup_under_load_restores_into_a_new_cluster_with_every_job_and_ids_ab
     assert all(rec[5] in sent_bodies or rec[0] in fixed.values() for rec in jobs.values())
     highest_job_id = max(max(ledger.puts), *fixed.values())
 
-    with running_cluster(tmp_path / "b", serve_args=("-f0",), start=False) as b:
-        with open(b.config_path, "a") as file:
-            file.write(SEGMENT_RULE)
-        dirs = [str(b.workdir / member.id) for member in b.spec.nodes]
-        assert main(["restore", str(backup_file), *[arg for d in dirs for arg in ("-b", d)]]) == 0
-        out = capsys.readouterr().out
-        assert f"restored {len(jobs)} jobs" in out
-        b.start()
-        leader_b = b.leader(timeout=15)
-        assert leader_b is not None
-        client = client_for(b, leader_b.id)
-        try:
-            # Every job of the backup, as it was (a reservation is gone with its connection).
-            seen = 0
-            for job_id, rec in jobs.items():
-                stats = client.stats_job(job_id)
-                state = rec[6] if rec[6] != RESERVED else 0
-                assert (stats["tube"], stats["state"], stats["pri"], stats["ttr"]) == (
-                    rec[1], STATE_NAMES[state], rec[2], rec[4] // 1000), (job_id, stats, rec)
-                assert client.peek(job_id).body == rec[5]
-                seen += 1
-            stats = client.stats()
-            assert stats["current-jobs-ready"] + stats["current-jobs-delayed"] + stats["current-jobs-buried"] \
-                + stats["current-jobs-reserved"] == seen == len(jobs)
-            later = client.stats_job(fixed["later"])
-            assert later["state"] == "delayed" and 500 < later["time-left"] <= 600
-            assert client.stats_tube("paused")["pause-time-left"] > 500
-            assert client.stats_job(fixed["held"])["state"] == "ready"
-            client.use("tobury")
-            assert client.peek_buried().id == fixed["bury-first"]  # FIFO, not id order
-            assert client.kick(1) == 1
-            assert client.peek_buried().id == fixed["bury-second"]
-            # Ids continue above every id A handed out, before and after the backup.
-            client.use("new")
-            assert client.put(b"first in b") > highest_job_id
-        finally:
-            client.close()
-        for rule in ("counter", "seg"):
-            assert get_id(leader_b, rule) > max(ids_before[rule] + ids_after[rule])
-        wait_converged(b, timeout=15)
-        # A restored node restarts from its own journal after the restored snapshot.
-        follower = next(m.id for m in b.spec.nodes if m.id != leader_b.id)
-        b.kill_node(follower)
-        b.start_node(follower)
-        wait_converged(b, timeout=20)
+    b = make_cluster(["-f0"], start=False)
+    with open(b.config_path, "a") as file:
+        file.write(SEGMENT_RULE)
+    dirs = [str(b.workdir / member.id) for member in b.spec.nodes]
+    assert main(["restore", str(backup_file), *[arg for d in dirs for arg in ("-b", d)]]) == 0
+    out = capsys.readouterr().out
+    assert f"restored {len(jobs)} jobs" in out
+    b.start()
+    leader_b = b.leader(timeout=15)
+    assert leader_b is not None
+    client = client_for(b, leader_b.id)
+    try:
+        # Every job of the backup, as it was (a reservation is gone with its connection).
+        seen = 0
+        for job_id, rec in jobs.items():
+            stats = client.stats_job(job_id)
+            state = rec[6] if rec[6] != RESERVED else 0
+            assert (stats["tube"], stats["state"], stats["pri"], stats["ttr"]) == (
+                rec[1], STATE_NAMES[state], rec[2], rec[4] // 1000), (job_id, stats, rec)
+            assert client.peek(job_id).body == rec[5]
+            seen += 1
+        stats = client.stats()
+        assert stats["current-jobs-ready"] + stats["current-jobs-delayed"] + stats["current-jobs-buried"] \
+            + stats["current-jobs-reserved"] == seen == len(jobs)
+        later = client.stats_job(fixed["later"])
+        assert later["state"] == "delayed" and 500 < later["time-left"] <= 600
+        assert client.stats_tube("paused")["pause-time-left"] > 500
+        assert client.stats_job(fixed["held"])["state"] == "ready"
+        client.use("tobury")
+        assert client.peek_buried().id == fixed["bury-first"]  # FIFO, not id order
+        assert client.kick(1) == 1
+        assert client.peek_buried().id == fixed["bury-second"]
+        # Ids continue above every id A handed out, before and after the backup.
+        client.use("new")
+        assert client.put(b"first in b") > highest_job_id
+    finally:
+        client.close()
+    for rule in ("counter", "seg"):
+        assert get_id(leader_b, rule) > max(ids_before[rule] + ids_after[rule])
+    wait_converged(b, timeout=15)
+    # A restored node restarts from its own journal after the restored snapshot.
+    follower = next(m.id for m in b.spec.nodes if m.id != leader_b.id)
+    b.kill_node(follower)
+    b.start_node(follower)
+    wait_converged(b, timeout=20)
