@@ -1,7 +1,7 @@
 """`haqueue backup` and `haqueue restore`: a copy of the committed state, and a new cluster from it.
 
 backup:  find the serving leader (the cluster file's nodes, or --address for a
-         lone node's admin port), GET /backup (backup/take.py), write the file
+         lone node's admin port), GET /backup (server/backup.py), write the file
          next to -o as FILE.partial while checking its length and checksum,
          then rename it into place: -o never names a partial file.
 restore: read and check a backup (backup/fileformat.py), turn it into the
