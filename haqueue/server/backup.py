@@ -33,7 +33,7 @@ import time
 
 from haqueue import events
 from haqueue.backup import fileformat, records
-from haqueue.replication.snapshot import WRITER_NICENESS
+from haqueue.replication.replica import WRITER_NICENESS
 
 ROUTE = "/backup"
 CHUNK = 1 << 20  # bytes per read from the child's pipe
