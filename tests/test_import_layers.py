@@ -36,6 +36,9 @@ LAYERS: list[tuple[str, ...]] = [
     # read only the cluster file; server/metrics.py asks ops/check.py whether this host
     # holds the VIP, so ops/ sits below server/, not beside the tools.
     ("replication", "ops"),
+    # Backup files and restored data directories: the snapshot's records made portable
+    # (the leader's endpoint that takes one is server/backup.py).
+    ("backup",),
     ("server",),
     # Tools that drive nodes from outside: a local cluster, the operator console, the lab,
     # the benchmarks (bench/ starts a local_cluster).

@@ -55,6 +55,8 @@ class LazyGroup(click.Group):
         "lab": "haqueue.cli.lab:lab",
         "tube": "haqueue.cli.tube:tube",
         "job": "haqueue.cli.job:job",
+        "backup": "haqueue.cli.backup:backup",
+        "restore": "haqueue.cli.backup:restore",
     },
 )
 @click.version_option(__version__, "--version", prog_name="haqueue")

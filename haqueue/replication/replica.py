@@ -27,8 +27,9 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from haqueue.config.replication import ReplicationSettings
 from haqueue.core.effects import Applied
+from haqueue.replication.snapshot import WRITER_NICENESS  # background writers' niceness (server/backup.py)
 
-__all__ = ["Replica", "ReplicaLike", "open_replica", "startup_errors"]
+__all__ = ["Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica", "startup_errors"]
 
 
 OnApplied = Callable[[Applied | None], None]

@@ -20,6 +20,8 @@ GET /gc      JSON: the cycle collector (gc_policy.py): freezes, the longest
              objects found among them by a full pass, which stops the node
              for as long as the pass takes (~0.4 s per million jobs): ask a
              follower
+GET /backup  the serving leader's committed state as a backup file (haqueue/server/backup.py),
+             behind the token; 503 elsewhere
 GET /session, GET /tube/NAME, GET /job/ID, POST /op
              the status page's operations (operate.py): a CSRF token for this
              browser session, a tube's or a job's view with safe body
@@ -252,6 +254,11 @@ class AdminServer:
             if len(parts) < 2 or method not in ("GET", "HEAD", "POST") or (
                     (method == "POST") != (route == "/op")):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
+            elif route == "/backup":  # streamed from a forked writer (haqueue/server/backup.py)
+                from haqueue.server.backup import answer as backup
+
+                await backup(self, writer, method, self.authorized(head))
+                return
             elif method == "POST" or route.startswith(OPERATION_ROUTES):
                 headers = _headers(head)
                 data = b""
