@@ -27,7 +27,7 @@ Scenarios (each a function of the lab and a seeded random source):
                      leading at its term (pre-vote: it should)
   kill-keepalived    SIGKILL keepalived on the leader; restart it 1 s later (as
                      the generated unit's Restart= would)
-  restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
+  restart-all        SIGKILL every haqueue node, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
 Storage faults (storage.py: each node's data directory is a small filesystem, each
@@ -86,7 +86,7 @@ from pathlib import Path
 
 from haqueue.lab import checker, idchecker, storage, topology
 from haqueue.lab.workload import TTR as workload_ttr
-from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
+from haqueue.lab.lab import Lab, LabError, wait_for
 
 RECOVERY_TIMEOUT = 30.0
 
@@ -196,14 +196,14 @@ def _cut_leader_and_a_follower(lab: Lab, rng: random.Random, name: str, both_way
     """Blackhole the leader's packets to a random follower (and the follower's back, if
     both_ways) for 2-4 s; record whether the leader kept leading at its term."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    follower = rng.choice([n for n in lab.node_ids if n != leader])
     hold = round(rng.uniform(2.0, 4.0), 2)
     before = lab.node_status(leader) or {}
     fault = _fault(name, leader, follower=follower, partition_s=hold)
     state = lab.state
-    cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower)))]
+    cuts = [(state.node_ns(leader), state.node_address(follower))]
     if both_ways:
-        cuts.append((state.node_ns(follower), state.node_address(NODE_IDS.index(leader))))
+        cuts.append((state.node_ns(follower), state.node_address(leader)))
     fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
     return fault
 
@@ -223,18 +223,18 @@ def kill_keepalived(lab: Lab, rng: random.Random) -> dict:
 def restart_all(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     fault = _fault("restart-all", leader)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.signal(node_id, signal.SIGKILL)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.wait_exit(node_id)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.start_node(node_id)
     return fault
 
 
 def rolling_restart(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    followers = [n for n in NODE_IDS if n != leader]
+    followers = [n for n in lab.node_ids if n != leader]
     rng.shuffle(followers)
     fault = _fault("rolling-restart", leader, order=followers + [leader])
     for node_id in followers + [leader]:
@@ -291,7 +291,7 @@ def disk_full_leader(lab: Lab, rng: random.Random) -> dict:
 
 def disk_full_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    follower = rng.choice([n for n in lab.node_ids if n != leader])
     return _disk_full(lab, "disk-full-follower", follower, leader)
 
 
@@ -307,7 +307,7 @@ def eio_leader(lab: Lab, rng: random.Random) -> dict:
 
 def eio_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    node = rng.choice([n for n in NODE_IDS if n != leader])
+    node = rng.choice([n for n in lab.node_ids if n != leader])
     fault = _fault("eio-follower", node, leader=leader)
     storage.fail_syncs(lab.dir, node)
     _await_storage_death(lab, node, fault)
@@ -337,7 +337,7 @@ def slow_disk_leader(lab: Lab, rng: random.Random) -> dict:
 
 def slow_disk_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    return _slow_disk(lab, "slowdisk-follower", rng.choice([n for n in NODE_IDS if n != leader]), leader)
+    return _slow_disk(lab, "slowdisk-follower", rng.choice([n for n in lab.node_ids if n != leader]), leader)
 
 
 def _leaderless(lab: Lab, until: float) -> float:
@@ -391,7 +391,7 @@ def sequence_restarts(lab: Lab, rng: random.Random) -> dict:
     lab.signal(old, signal.SIGKILL)
     lab.wait_exit(old)
     leader = _served_again(lab, fault, step)
-    slow = next(n for n in NODE_IDS if n not in (leader, old))
+    slow = next(n for n in lab.node_ids if n not in (leader, old))
     step = _step(lab, fault, "slow disk 5 s, the old leader down", slow)
     storage.set_fsync_stall(lab.dir, slow, SLOW_SYNC_US)
     try:
@@ -403,7 +403,7 @@ def sequence_restarts(lab: Lab, rng: random.Random) -> dict:
     lab.start_node(old)
     _served_again(lab, fault, step)
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    full = rng.choice([n for n in NODE_IDS if n != leader])
+    full = rng.choice([n for n in lab.node_ids if n != leader])
     step = _step(lab, fault, "disk full, restart", full)
     try:
         storage.fill(lab.data_dir(full))
@@ -462,7 +462,7 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     n = lab.rounds.get("kill-during-snapshot", 0)
     lab.rounds["kill-during-snapshot"] = n + 1
-    node = leader if n % 2 == 0 else rng.choice([x for x in NODE_IDS if x != leader])
+    node = leader if n % 2 == 0 else rng.choice([x for x in lab.node_ids if x != leader])
     # leader/writing, follower/renamed, leader/renamed, follower/writing, ...: two faults
     # already cover both roles and both moments, four every pairing.
     moment = "writing" if n % 4 in (0, 3) else "renamed"
@@ -665,7 +665,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         if made.returncode != 0:
             raise LabError(f"could not put the ballast: {made.stdout.strip()} {made.stderr.strip()[-300:]}")
     started = time.monotonic()
-    log_start = {n: _size(lab.log_path(n)) for n in NODE_IDS}
+    log_start = {n: _size(lab.log_path(n)) for n in lab.node_ids}
     log = open(out_dir / "workload.log", "ab")
     timeout_args = ["--op-timeout", str(client_timeout)] if client_timeout else []
     workload = subprocess.Popen(_workload(lab, "run", history, *timeout_args), stdout=log, stderr=subprocess.STDOUT,
@@ -815,7 +815,7 @@ def _size(path: Path) -> int:
 
 def _log_warnings(lab: Lab, start: dict[str, int]) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = {}
-    for node in NODE_IDS:
+    for node in sorted(set(start) | set(lab.node_ids)):  # also a node a membership change removed
         try:
             with open(lab.log_path(node), "rb") as f:
                 f.seek(start.get(node, 0))
