@@ -41,7 +41,6 @@ import logging
 import pickle
 
 from haqueue import events
-from haqueue.replication.member_dir import mark_member  # noqa: F401  (raft_node imports it from here)
 from haqueue.replication.pysyncobj_patches import monotonic
 from haqueue.replication.replica import MembershipRefused
 

@@ -28,7 +28,8 @@ from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE  # noqa: E402
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import applying
-from haqueue.replication.membership import MembershipMixin, mark_member
+from haqueue.replication.member_dir import is_member_dir, mark_member
+from haqueue.replication.membership import MembershipMixin
 from haqueue.replication import transport as links
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
 from haqueue.replication.transport import SyncingTransport
@@ -62,8 +63,10 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         on_role_change=None,
         on_fatal=None,
     ) -> None:
-        # No partners: a member left alone (node recover, remove-node), which may grow
-        # again; a cluster that was always one node is lone.LoneReplica (replica.open_replica).
+        if not partner_addresses and not is_member_dir(data_dir):
+            # A member left alone (node recover, remove-node) keeps Raft, to grow again
+            # (member_dir.py); a cluster that was always one node is lone.LoneReplica.
+            raise ValueError("a Raft node needs partners; a cluster of one is lone.LoneReplica")
         self.state = QueueState()
         self.on_role_change = on_role_change
         self.on_fatal = on_fatal
