@@ -42,11 +42,21 @@ def wait_members(cluster, node_id: str, count: int, timeout: float = 20.0) -> li
 
 
 def add_node(cluster, node_id: str, address: str) -> None:
+    """add-node, then start the node (or, when it is in the file already, start it, then add-node)."""
+    named = node_id in [n.id for n in cluster.spec.nodes]
+    if named:
+        cluster.start_node(node_id)
+        member = cluster.spec.node(node_id)
+        deadline = time.monotonic() + LEADER_TIMEOUT
+        while not admin_client.port_open(member.address, member.admin_port):
+            assert time.monotonic() < deadline, f"{node_id} never opened its admin port"
+            time.sleep(0.05)  # another process starting: polled
     done = haqueue("cluster", "add-node", "--config", str(cluster.config_path), "--id", node_id,
                    "--address", address, "--write")
     assert done.returncode == 0, done.stderr
     assert f"added {node_id}" in done.stdout
-    cluster.start_node(node_id)
+    if not named:
+        cluster.start_node(node_id)
 
 
 @pytest.mark.slow
