@@ -30,7 +30,11 @@ from haqueue.core.effects import Applied
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.replication.timing import RaftTiming
 
-__all__ = ["Replica", "ReplicaConfig", "ReplicaLike", "RaftTiming", "open_replica", "startup_errors"]
+__all__ = ["MembershipRefused", "Replica", "ReplicaConfig", "ReplicaLike", "RaftTiming", "open_replica", "startup_errors"]
+
+
+class MembershipRefused(Exception):
+    """A membership change the leader will not make (membership.py); str() is one line."""
 
 
 @dataclass
@@ -99,7 +103,9 @@ def open_replica(config: ReplicaConfig, *, on_role_change: Callable[[str, int], 
                  on_fatal: Callable[[str], None]) -> ReplicaLike:
     """This node's replica: a Raft member if it has partners, else a cluster of one
     (lone.py), which needs no Raft and never imports pysyncobj."""
-    if not config.partners:
+    from haqueue.replication.member_dir import is_member_dir
+
+    if not config.partners and not is_member_dir(config.data_dir):
         from haqueue.replication.lone import LoneReplica
 
         return LoneReplica(config, on_role_change=on_role_change, on_fatal=on_fatal)
@@ -189,6 +195,20 @@ class Replica:
         """Leader, and a majority acknowledged its appends within the leader
         fallback: what the VIP's health check asks (raft_node.followed_within)."""
         return self._raft.followed_within(self.leader_fallback)
+
+    # ----------------------------------------------------------- membership
+    def members(self) -> list[str]:
+        """Every member's Raft address as this node knows it now (membership.py)."""
+        return self._raft.members()
+
+    def change_members(self, op: str, address: str, done: Callable[[str | None], None]) -> None:
+        """On the leader: add ("add") or remove ("rem") one member; `done(error)` once
+        committed (None) or failed; raises membership.MembershipRefused at once."""
+        self._raft.change(op, address, done)
+
+    def hand_off(self) -> str:
+        """On the leader: give leadership to an up-to-date follower; its Raft address."""
+        return self._raft.hand_off()
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:

@@ -1,0 +1,133 @@
+"""Membership changes in virtual time (tests/support/ticked.py): add, remove, hand-off,
+and a change cut short by the leader's death (replication/membership.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from haqueue.core.commands import encode_batch
+from haqueue.replication.fsync_policy import NEVER
+from haqueue.replication.membership import ADD, REMOVE
+from haqueue.replication.replica import MembershipRefused
+from haqueue.replication.raft_node import ReplicatedQueue
+from tests.support.ticked import free_ports, ticked_cluster
+
+
+def _entry(n: int) -> bytes:
+    return encode_batch(1_000 + n, [])
+
+
+def _join(cluster, secret: str = "s") -> ReplicatedQueue:
+    """A new, empty node that knows the current members, in the rounds from now on."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    partners = [n.selfNode.address for n in cluster.nodes]
+    node = ReplicatedQueue(address, partners, data_dir=None, policy=NEVER, secret=secret, timing=cluster.timing)
+    node.transport.tryGetReady()
+    cluster.nodes.append(node)
+    return node
+
+
+def _change(cluster, leader, op, address, seconds=2.0):
+    outcome = []
+    leader.change(op, address, outcome.append)
+    cluster.run_until(lambda: outcome, seconds=seconds, what=f"{op} {address} committed")
+    return outcome[0]
+
+
+class Terms:
+    """Every (term, leader) seen after each round: one leader per term, ever."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.seen: dict[int, set] = {}
+
+    def __call__(self) -> bool:
+        for node in self.cluster.nodes:
+            if node._isLeader():
+                self.seen.setdefault(node.raftCurrentTerm, set()).add(node.selfNode.address)
+        return all(len(leaders) == 1 for leaders in self.seen.values())
+
+
+def test_added_node_catches_up_and_counts_in_the_majority():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        for n in range(20):
+            assert cluster.commit(leader, _entry(n))[1] == 0
+        new = _join(cluster)
+        assert _change(cluster, leader, ADD, new.selfNode.address) is None
+        assert new.selfNode.address in leader.members() and len(leader.members()) == 4
+        assert leader.peers_for_majority() == 2  # 3 of 4
+        cluster.run_until(lambda: new.raftLastApplied >= leader.raftCommitIndex, seconds=2.0,
+                          what="the new node caught up")
+        assert new.state.digest() == leader.state.digest()
+        assert sorted(new.members()) == sorted(leader.members())
+
+
+def test_removed_node_no_longer_counts_and_cannot_be_removed_twice():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        gone = cluster.followers()[0]
+        assert _change(cluster, leader, REMOVE, gone.selfNode.address) is None
+        assert gone.selfNode.address not in leader.members()
+        assert leader.peers_for_majority() == 1  # 2 of 2
+        with pytest.raises(MembershipRefused, match="not a member"):
+            leader.change(REMOVE, gone.selfNode.address, lambda error: None)
+        cluster.paused.add(gone)
+        assert cluster.commit(leader, _entry(1))[1] == 0  # the two left commit alone
+
+
+def test_one_change_at_a_time_and_never_the_leader_itself():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        with pytest.raises(MembershipRefused, match="first entry"):
+            leader.change(ADD, "127.0.0.1:1", lambda error: None)
+        cluster.commit(leader, _entry(0))
+        with pytest.raises(MembershipRefused, match="cannot remove itself"):
+            leader.change(REMOVE, leader.selfNode.address, lambda error: None)
+        leader.change(ADD, "127.0.0.1:1", lambda error: None)
+        with pytest.raises(MembershipRefused, match="not committed yet"):
+            leader.change(ADD, "127.0.0.1:2", lambda error: None)
+
+
+def test_hand_off_elects_an_up_to_date_follower_and_the_old_leader_stays_out():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        for n in range(5):
+            cluster.commit(leader, _entry(n))
+        cluster.run_until(cluster.caught_up, seconds=1.0, what="followers caught up")
+        term = leader.raftCurrentTerm
+        terms = Terms(cluster)
+        target = leader.hand_off()
+        assert not leader._isLeader()
+        cluster.run_until(lambda: terms() and cluster.settled() and not leader._isLeader(), seconds=3.0,
+                          what="a new leader after the hand-off")
+        new = cluster.leader()
+        assert new is not leader and new.raftCurrentTerm > term
+        assert new.selfNode.address == target
+        assert terms()
+
+
+def test_change_cut_short_by_a_leader_kill_never_gives_two_leaders_of_one_term():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        new = _join(cluster)
+        terms = Terms(cluster)
+        leader.change(ADD, new.selfNode.address, lambda error: None)
+        # The entry leaves the leader, which dies before anyone acknowledges it.
+        cluster.round()
+        cluster.paused.add(leader)
+        cluster.run_while(terms, seconds=3.0, what="one leader per term")
+        rest = [n for n in cluster.nodes if n is not leader]
+        leaders = [n for n in rest if n._isLeader()]
+        assert len(leaders) == 1
+        survivor = leaders[0]
+        # Whatever happened to the change, every live node agrees on the group and commits.
+        assert cluster.commit(survivor, _entry(1), seconds=3.0)[1] == 0
+        cluster.run_until(lambda: all(n.members() == survivor.members() for n in rest if n is not new
+                                      or new.selfNode.address in survivor.members()),
+                          seconds=2.0, what="the live members agree on the group")
+        # The leader comes back (its loop unstuck): still one leader per term.
+        cluster.paused.discard(leader)
+        cluster.run_while(terms, seconds=3.0, what="one leader per term after the old leader returns")
