@@ -115,7 +115,8 @@ def down(directory: str) -> None:
               "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
               "disk-full-follower, eio-leader, eio-follower, slowdisk-leader, slowdisk-follower, kill-during-snapshot, "
               "stall-fsync-leader; issue 23's sequence-restarts and sequence-eio; and the one-way "
-              "cut-leader-to-follower; campaign (issue 23's storage campaign), mix (random), all (each in turn), "
+              "cut-leader-to-follower; membership changes (issue 27): replace-node, grow-3-to-5, shrink-5-to-3 "
+              "(by name only); campaign (issue 23's storage campaign), mix (random), all (each in turn), "
               "or several joined by commas "
               "(those in turn; NAME*N: N of it per round, the round shuffled, e.g. "
               "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/chaos.py.")

@@ -67,6 +67,9 @@ the fault records how long that took, its exit status and that line:
   campaign           issue 23's storage campaign: each storage fault on the
                      leader and on a follower, snapshot kills, both sequences
                      (10 faults a round, shuffled)
+Membership changes (member_scenarios.py, issue 27; by name only, not in mix or all):
+  replace-node, grow-3-to-5, shrink-5-to-3  add-node/remove-node under load,
+                     with the leader killed during the change
   mix                each fault drawn at random from all of them
   all                each of them in turn (a plan of runs x 14 faults)
   A,B,...            the named ones in turn (runs x their number)
@@ -84,7 +87,7 @@ import sys
 import time
 from pathlib import Path
 
-from haqueue.lab import checker, idchecker, storage, topology
+from haqueue.lab import checker, idchecker, member_scenarios, storage, topology
 from haqueue.lab.workload import TTR as workload_ttr
 from haqueue.lab.lab import Lab, LabError, wait_for
 
@@ -538,7 +541,10 @@ SCENARIOS = {
     "sequence-eio": sequence_eio,
 }
 FOLLOWER_FAULTS = ("disk-full-follower", "eio-follower")  # clients must see nothing
-CHOICES = (*SCENARIOS, "mix", "all", "campaign")
+# Membership changes (issue 27, member_scenarios.py): by name only, never in mix or all,
+# which would change the cluster's size under the other scenarios.
+MEMBERSHIP = member_scenarios.SCENARIOS
+CHOICES = (*SCENARIOS, *MEMBERSHIP, "mix", "all", "campaign")
 
 
 STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "eio-follower", "slowdisk-leader",
@@ -565,7 +571,8 @@ def unknown(scenario: str) -> list[str]:
         return []
     if scenario == "campaign":
         return []
-    return [name for name in (_counted(item)[0] for item in scenario.split(",")) if name not in SCENARIOS]
+    return [name for name in (_counted(item)[0] for item in scenario.split(","))
+            if name not in SCENARIOS and name not in MEMBERSHIP]
 
 
 def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
@@ -690,7 +697,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         for i, name in enumerate(faults_planned):
             time.sleep(rng.uniform(1.0, 2.0))  # undisturbed load between faults: part of the scenario
             try:
-                fault = SCENARIOS[name](lab, rng)
+                fault = (SCENARIOS.get(name) or MEMBERSHIP[name])(lab, rng)
             except LabError as exc:
                 # Keep what was recorded: the drain and the check still run.
                 errors.append(f"{name} #{i + 1}: {exc}")
@@ -815,7 +822,9 @@ def _size(path: Path) -> int:
 
 def _log_warnings(lab: Lab, start: dict[str, int]) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = {}
-    for node in sorted(set(start) | set(lab.node_ids)):  # also a node a membership change removed
+    # Every node that logged: also one a membership change added and removed during the run.
+    logged = {p.stem for p in (lab.dir / "logs").glob("n*.log")}
+    for node in sorted(set(start) | set(lab.node_ids) | logged):
         try:
             with open(lab.log_path(node), "rb") as f:
                 f.seek(start.get(node, 0))

@@ -208,20 +208,14 @@ class Lab:
         self.state.save()
         self.keepalived_dir.mkdir(exist_ok=True)
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
-        self._render_keepalived()
+        self.render_keepalived()
         storage.build_shim(self.dir)
         shared = self.dir / "data"
         self.state.mounts.append(str(shared))
         self.state.save()  # recorded before it exists, as the disks are; unmounted after them
         storage.make_shared_mount(shared)
         for node_id in self.node_ids:
-            path = self.data_dir(node_id)
-            self.state.mounts.append(str(path))
-            self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
-            if self.state.disk == "tmpfs":
-                storage.mount_tmpfs(path, self.state.disk_mib)
-            else:
-                storage.mount_ext4(path, self.dir / "disks" / f"{node_id}.img", self.state.disk_mib)
+            self.mount_disk(node_id)
         topology.build(self.state, self.node_ids)
         for node_id in self.node_ids:
             self.start_node(node_id)
@@ -232,7 +226,17 @@ class Lab:
             self.start_keepalived(node_id)
         self.wait_stable(timeout)
 
-    def _render_keepalived(self) -> None:
+    def mount_disk(self, node_id: str) -> None:
+        """The node's data directory as its own filesystem of disk_mib (at `up`, or for a joining node)."""
+        path = self.data_dir(node_id)
+        self.state.mounts.append(str(path))
+        self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
+        if self.state.disk == "tmpfs":
+            storage.mount_tmpfs(path, self.state.disk_mib)
+        else:
+            storage.mount_ext4(path, self.dir / "disks" / f"{node_id}.img", self.state.disk_mib)
+
+    def render_keepalived(self) -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "haqueue", "ops", "gen-keepalived", "--config", str(self.config_path),
              "-o", str(self.keepalived_dir)],
@@ -319,6 +323,13 @@ class Lab:
     def signal(self, name: str, sig: int) -> None:
         record = self.state.processes.get(name)
         if record is None or not self._signal_record(record, sig):
+            raise LabError(f"{name} is not running")
+
+    def signal_once(self, name: str, sig: int) -> None:
+        """Signal the recorded process alone, not its group (keepalived reloads on a SIGHUP to its
+        parent; its VRRP child and check scripts must not get one of their own)."""
+        record = self.state.processes.get(name)
+        if record is None or not self._signal_record({**record, "group": False}, sig):
             raise LabError(f"{name} is not running")
 
     def kill_group(self, name: str) -> None:

@@ -1,0 +1,107 @@
+"""Changing the running lab's membership, the way an operator changes a cluster's (issue 27).
+
+    add_member(lab, node_id)     a new host joins: its namespace and disk, then
+                                 `haqueue cluster add-node --write`, then the node
+                                 started with the rewritten cluster file
+    remove_member(lab, node_id)  a member leaves: `haqueue cluster remove-node
+                                 --write` (a leader removed hands off first), then
+                                 the node and its keepalived stopped
+
+After either, the keepalived configs are rendered again from the new cluster
+file (`haqueue ops gen-keepalived`, as docs/operations.md's runbook says) and
+every running keepalived is reloaded with SIGHUP, so its unicast peers are the
+members; a joining node's keepalived starts once it is a member.
+
+Rules:
+- The cluster commands run in the client namespace: they ask the members'
+  admin ports, which only the lab's namespaces reach. They are the real CLI,
+  so the lab exercises what an operator runs.
+- A node id is never used twice in one lab (nK always lives at .(10+K), and a
+  removed node's namespace and disk stay until `lab down`): a replacement host
+  gets the next free K, a new address, as a real replacement would.
+- `lab.state.nodes` (the lab's members) changes only once the cluster file
+  does, so the lab's views (leader, stable, VIP holders) always ask the
+  members the file names.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+from haqueue.lab import topology
+from haqueue.lab.lab import Lab, LabError
+
+CHANGE_TIMEOUT = 30.0  # add-node/remove-node --timeout: waits for a leader, then for the commit
+
+
+def next_id(lab: Lab) -> str:
+    """The next node id this lab has never used: members and removed nodes (their namespaces stay)."""
+    pattern = re.compile(rf"^{re.escape(lab.state.prefix)}-n(\d+)$")
+    used = {topology.node_number(n) for n in lab.node_ids}
+    used |= {int(m.group(1)) for ns in lab.state.namespaces if (m := pattern.match(ns))}
+    return f"n{max(used, default=0) + 1}"
+
+
+def _cluster_command(lab: Lab, *args: str) -> str:
+    """`haqueue cluster ARGS --config FILE --write` from the client namespace; its stdout."""
+    argv = ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue", "cluster", *args,
+            "--config", str(lab.config_path), "--write", "--timeout", str(CHANGE_TIMEOUT)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHANGE_TIMEOUT + 30)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        raise LabError(f"haqueue cluster {args[0]} {' '.join(args[1:])}: {said}")
+    return proc.stdout
+
+
+def reload_keepalived(lab: Lab) -> list[str]:
+    """Render every member's keepalived config again and reload each running keepalived (SIGHUP to
+    its parent, which re-reads its file and keeps the VRRP instance's state); the nodes reloaded."""
+    lab.render_keepalived()
+    reloaded = []
+    for node_id in lab.node_ids:
+        if lab.alive(f"keepalived-{node_id}"):
+            lab.signal_once(f"keepalived-{node_id}", signal.SIGHUP)
+            reloaded.append(node_id)
+    return reloaded
+
+
+def add_member(lab: Lab, node_id: str) -> dict:
+    """A new host `node_id` joins the running lab (an empty data directory: it catches up from the
+    leader's snapshot). Returns what add-node said."""
+    if node_id in lab.node_ids:
+        raise LabError(f"{node_id} is a member already")
+    address = lab.state.node_address(node_id)
+    topology.add_node(lab.state, node_id)
+    lab.mount_disk(node_id)
+    said = _cluster_command(lab, "add-node", "--id", node_id, "--address", address)
+    lab.state.nodes.append(node_id)
+    lab.state.save()
+    lab.start_node(node_id)
+    reloaded = reload_keepalived(lab)
+    lab.start_keepalived(node_id)
+    return {"added": node_id, "address": address, "said": said.strip().splitlines()[0], "reloaded": reloaded}
+
+
+def stop_member_processes(lab: Lab, node_id: str, sig: int = signal.SIGTERM) -> None:
+    """Stop a node's haqueue and keepalived (if they run) and forget them."""
+    for name in (node_id, f"keepalived-{node_id}"):
+        if lab.alive(name):
+            lab.signal(name, sig)
+            lab.wait_exit(name, timeout=15)
+        lab.untrack(name)
+
+
+def remove_member(lab: Lab, node_id: str) -> dict:
+    """`node_id` leaves the running lab (alive or dead); its namespace and disk stay until `lab down`.
+    Returns what remove-node said."""
+    if node_id not in lab.node_ids:
+        raise LabError(f"{node_id} is not a member")
+    said = _cluster_command(lab, "remove-node", "--id", node_id)
+    lab.state.nodes.remove(node_id)
+    lab.state.save()
+    stop_member_processes(lab, node_id)
+    reloaded = reload_keepalived(lab)
+    return {"removed": node_id, "said": said.strip().splitlines()[0], "reloaded": reloaded}
