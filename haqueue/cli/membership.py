@@ -148,13 +148,13 @@ def remove_node(config_path, node_id, write, timeout) -> None:
     from haqueue.cluster import ClusterFileError
 
     spec = load_cluster_file(config_path)
+    if [n.id for n in spec.nodes] == [node_id]:
+        raise HaqueueError(f"{node_id} is the last node: a cluster cannot be empty")
     try:
         text = open(config_path, encoding="utf-8").read()
-        new_text, new_spec = cluster_edit.without_node(spec, text, node_id)
+        new_text, _new_spec = cluster_edit.without_node(spec, text, node_id)
     except ClusterFileError as exc:
         raise HaqueueError(str(exc)) from None
-    if not new_spec.nodes:
-        raise HaqueueError(f"{node_id} is the last node: a cluster cannot be empty")
     member = spec.node(node_id)
     members = change(spec, "remove", node_id, member.raft_endpoint, timeout)
     target = cluster_edit.target_path(config_path, write)

@@ -121,6 +121,29 @@ class MembershipMixin:
         # A snapshot was loaded: its group, then the changes logged after it.
         self.adopt_logged_changes(after=self._SyncObj__raftLastApplied)
 
+    def group_at_snapshot(self, raft_data):
+        """pysyncobj's snapshot data with the group as of the snapshot's last entry.
+
+        pysyncobj stores the group at the moment it serializes, which counts the
+        changes appended after that entry, committed or not; one that is then cut
+        would come back from the snapshot at the next start. Undo those here."""
+        last_index = raft_data[0][1]
+        group = set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
+        for command, idx, _term in reversed(list(self._SyncObj__raftLog)):
+            if idx <= last_index:
+                break
+            request = _request_of(command)
+            if request is None:
+                continue
+            node = request[2] if len(request) >= 3 else self._SyncObj__nodeClass(request[1])
+            if node == self._SyncObj__selfNode:
+                continue
+            if request[0] == ADD:
+                group.discard(node)
+            elif request[0] == REMOVE:
+                group.add(node)
+        return (raft_data[0], raft_data[1], group, *raft_data[3:])
+
     # -------------------------------------------------------- on the leader
     def change(self, op: str, address: str, done) -> None:
         """Commit one change (ADD or REMOVE `address`); `done(error)` once it is

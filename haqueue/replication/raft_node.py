@@ -112,7 +112,7 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             connectionRetryTime=timing.connection_retry,
             journalFile=journal_file,
             fullDumpFile=self.dump_path,
-            serializer=self.snapshots.write,
+            serializer=lambda tmp, raft_data: self.snapshots.write(tmp, self.group_at_snapshot(raft_data)),
             deserializer=self.snapshots.read,
             serializeChecker=lambda: _SERIALIZER_STATES[self.snapshots.progress()],
             # pysyncobj's own triggers (entries, seconds) are off: a snapshot

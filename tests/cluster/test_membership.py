@@ -94,3 +94,34 @@ def test_grow_to_five_under_load_remove_the_leader_then_kill_the_next_loses_noth
     live = [n.id for n in cluster.spec.nodes if cluster.alive(n.id)]
     assert len(live) == 3
     wait_converged(cluster, timeout=30, node_ids=live)
+
+
+def _post(member, body: bytes, operator: str | None = "test") -> tuple[int, dict]:
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection(member.address, member.admin_port, timeout=10)
+    headers = {"Content-Length": str(len(body))}
+    if operator:
+        headers["X-Haqueue-Operator"] = operator
+    try:
+        conn.request("POST", "/membership", body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_membership_endpoint_names_its_refusals(make_cluster):
+    cluster = make_cluster(["-f0"])
+    leader = cluster.leader()
+    follower = next(n for n in cluster.spec.nodes if n.id != leader.id)
+    add_n1_again = b'{"op": "add", "id": "n1", "address": "%s"}' % cluster.spec.node("n1").raft_endpoint.encode()
+    assert _post(leader, add_n1_again, operator=None)[0] == 400  # who asks is part of the event
+    assert _post(leader, b"not json")[0] == 400
+    assert _post(leader, b'{"op": "rename", "id": "n1", "address": "x"}')[0] == 400
+    status, answer = _post(follower, add_n1_again)
+    assert (status, answer) == (503, {"error": "not leader", "leader": leader.raft_endpoint})
+    status, answer = _post(leader, add_n1_again)
+    assert status == 409 and "already a member" in answer["error"]
+    assert len(members_seen_by(cluster, leader.id)) == 3

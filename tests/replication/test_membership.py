@@ -131,3 +131,55 @@ def test_change_cut_short_by_a_leader_kill_never_gives_two_leaders_of_one_term()
         # The leader comes back (its loop unstuck): still one leader per term.
         cluster.paused.discard(leader)
         cluster.run_while(terms, seconds=3.0, what="one leader per term after the old leader returns")
+
+
+def _restart_with_file(cluster, node, partners, data_dir) -> ReplicatedQueue:
+    """Stop `node` and start it again on its data directory, with `partners` as its file says."""
+    node.stop()
+    fresh = ReplicatedQueue(node.selfNode.address, partners, data_dir=data_dir, policy=NEVER, secret="s",
+                            timing=cluster.timing)
+    fresh.transport.tryGetReady()
+    cluster.nodes[cluster.nodes.index(node)] = fresh
+    return fresh
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["from the journal", "from the snapshot"])
+def test_a_restarted_node_takes_its_group_from_its_log_not_its_old_file(tmp_path, snapshot):
+    with ticked_cluster(data_root=str(tmp_path), journal_limit=1 << 30) as cluster:
+        leader = cluster.leader()
+        old_file = {n.selfNode.address for n in cluster.nodes}
+        cluster.commit(leader, _entry(0))
+        new = _join(cluster)
+        assert _change(cluster, leader, ADD, new.selfNode.address) is None
+        follower = next(n for n in cluster.followers() if n is not new)
+        cluster.run_until(lambda: follower.raftLastApplied >= leader.raftCommitIndex, seconds=1.0,
+                          what="the follower applied the change")
+        if snapshot:
+            for n in range(3):
+                cluster.commit(leader, _entry(n + 1))
+            follower.forceLogCompaction()
+            cluster.until_snapshots(follower, 1)
+            cluster.round()  # pysyncobj drops the journal prefix the snapshot covers
+        data_dir = str(tmp_path / f"node{[n.selfNode.address for n in cluster.nodes].index(follower.selfNode.address)}")
+        partners = sorted(old_file - {follower.selfNode.address})  # the file before add-node
+        fresh = _restart_with_file(cluster, follower, partners, data_dir)
+        if snapshot:  # the change is folded into the snapshot, which pysyncobj loads at the first tick
+            assert len(fresh.members()) == 3
+        else:  # read from the journal before the node says a word
+            assert len(fresh.members()) == 4
+        cluster.round()
+        assert fresh.members() == sorted(old_file | {new.selfNode.address})
+        assert fresh.peers_for_majority() == 2
+
+
+def test_a_snapshot_holds_the_group_of_its_last_entry_not_a_change_appended_after_it():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        last = leader.raftLastApplied
+        raft_data = (("cmd", last, leader.raftCurrentTerm), ("cmd", last - 1, leader.raftCurrentTerm), set())
+        leader.change(ADD, "127.0.0.1:1", lambda error: None)
+        cluster.round()  # appended (and in force on the leader), not committed: 127.0.0.1:1 never answers
+        assert "127.0.0.1:1" in leader.members()
+        group = {node.address for node in leader.group_at_snapshot(raft_data)[2]}
+        assert group == {n.selfNode.address for n in cluster.nodes}
