@@ -30,11 +30,17 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 from haqueue.lab import topology
-from haqueue.lab.lab import Lab, LabError
+from haqueue.lab.lab import Lab, LabError, wait_for
 
 CHANGE_TIMEOUT = 30.0  # add-node/remove-node --timeout: waits for a leader, then for the commit
+# A leader asked to remove itself refuses (409) while no follower holds its whole log,
+# which under a steady load is most of the time; the message says to retry.
+HAND_OFF_RETRY = "retry in a moment"
+HAND_OFF_TRIES = 50
+VIP_WATCH = 1.0  # seconds the VIP is watched after the keepalived reloads
 
 
 def next_id(lab: Lab) -> str:
@@ -45,27 +51,35 @@ def next_id(lab: Lab) -> str:
     return f"n{max(used, default=0) + 1}"
 
 
-def _cluster_command(lab: Lab, *args: str) -> str:
-    """`haqueue cluster ARGS --config FILE --write` from the client namespace; its stdout."""
+def _cluster_command(lab: Lab, *args: str) -> tuple[str, int]:
+    """`haqueue cluster ARGS --config FILE --write` from the client namespace: its stdout, and how
+    many times it was run (a leader's refusal to hand off is retried, as its message says)."""
     argv = ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue", "cluster", *args,
             "--config", str(lab.config_path), "--write", "--timeout", str(CHANGE_TIMEOUT)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHANGE_TIMEOUT + 30)
-    if proc.returncode != 0:
+    for tries in range(1, HAND_OFF_TRIES + 1):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHANGE_TIMEOUT + 30)
+        if proc.returncode == 0:
+            return proc.stdout, tries
         said = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
-        raise LabError(f"haqueue cluster {args[0]} {' '.join(args[1:])}: {said}")
-    return proc.stdout
+        if HAND_OFF_RETRY not in said:
+            break
+        time.sleep(0.1)  # the operator's "retry in a moment"
+    raise LabError(f"haqueue cluster {' '.join(args)} (tried {tries} times): {said}")
 
 
-def reload_keepalived(lab: Lab) -> list[str]:
+def reload_keepalived(lab: Lab) -> dict:
     """Render every member's keepalived config again and reload each running keepalived (SIGHUP to
-    its parent, which re-reads its file and keeps the VRRP instance's state); the nodes reloaded."""
+    its parent, which re-reads its file and keeps the VRRP instance's state), the VIP's holder
+    last, as docs/operations.md's runbook says; then watch the VIP for VIP_WATCH seconds.
+    Returns the nodes reloaded in order, and whether the VIP stayed on one node throughout."""
     lab.render_keepalived()
-    reloaded = []
-    for node_id in lab.node_ids:
-        if lab.alive(f"keepalived-{node_id}"):
-            lab.signal_once(f"keepalived-{node_id}", signal.SIGHUP)
-            reloaded.append(node_id)
-    return reloaded
+    holders = lab.vip_holders()
+    order = sorted((n for n in lab.node_ids if lab.alive(f"keepalived-{n}")), key=lambda n: n in holders)
+    for node_id in order:
+        lab.signal_once(f"keepalived-{node_id}", signal.SIGHUP)
+    # The watching is the measurement (did a reload move the VIP?), not synchronisation.
+    moved = wait_for(lambda: lab.vip_holders() != holders, VIP_WATCH, step=0.01)
+    return {"reloaded": order, "vip_before": holders, "vip_kept": not moved}
 
 
 def add_member(lab: Lab, node_id: str) -> dict:
@@ -76,13 +90,13 @@ def add_member(lab: Lab, node_id: str) -> dict:
     address = lab.state.node_address(node_id)
     topology.add_node(lab.state, node_id)
     lab.mount_disk(node_id)
-    said = _cluster_command(lab, "add-node", "--id", node_id, "--address", address)
+    said, _ = _cluster_command(lab, "add-node", "--id", node_id, "--address", address)
     lab.state.nodes.append(node_id)
     lab.state.save()
     lab.start_node(node_id)
-    reloaded = reload_keepalived(lab)
+    reloaded = reload_keepalived(lab)  # the others' first: the new one's starts last
     lab.start_keepalived(node_id)
-    return {"added": node_id, "address": address, "said": said.strip().splitlines()[0], "reloaded": reloaded}
+    return {"added": node_id, "address": address, "said": said.strip().splitlines()[0], **reloaded}
 
 
 def stop_member_processes(lab: Lab, node_id: str, sig: int = signal.SIGTERM) -> None:
@@ -99,9 +113,9 @@ def remove_member(lab: Lab, node_id: str) -> dict:
     Returns what remove-node said."""
     if node_id not in lab.node_ids:
         raise LabError(f"{node_id} is not a member")
-    said = _cluster_command(lab, "remove-node", "--id", node_id)
+    said, tries = _cluster_command(lab, "remove-node", "--id", node_id)
     lab.state.nodes.remove(node_id)
     lab.state.save()
     stop_member_processes(lab, node_id)
     reloaded = reload_keepalived(lab)
-    return {"removed": node_id, "said": said.strip().splitlines()[0], "reloaded": reloaded}
+    return {"removed": node_id, "said": said.strip().splitlines()[0], "remove_tries": tries, **reloaded}
