@@ -1,4 +1,5 @@
-"""`bench --cluster CONFIG`: find the node of a running cluster that serves clients.
+"""`bench cluster CONFIG` (and compare, timers and flood --cluster): find the node of a running
+cluster that serves clients.
 
 Rules: the cluster file names every node and its admin port; the node whose
 `/leader` check passes is the one listening on the client port (design I3), so

@@ -266,7 +266,7 @@ def listening_pid(port: int) -> int:
         if any(s.status == psutil.CONN_LISTEN and s.laddr.port == port for s in sockets):
             return process.pid
     raise BenchError(f"no process on this machine listens on port {port}: "
-                     "--flood reads the leader's memory by PID, so the cluster must run here")
+                     "bench flood reads the leader's memory by PID, so the cluster must run here")
 
 
 def format_flood(results: list[FloodResult]) -> str:

@@ -1,4 +1,4 @@
-"""`haqueue bench --gearman`: Gearman workloads against gearmand and haqueue, in the same run.
+"""`haqueue bench gearman`: Gearman workloads against gearmand and haqueue, in the same run.
 
 Owns the two Gearman workloads, with synchronous clients as users run them
 (one request, wait for its answer, the next):

@@ -1,4 +1,4 @@
-"""Start and stop the replicated peers `bench --peers` compares haqueue with:
+"""Start and stop the replicated peers `bench peers` compares haqueue with:
 a RabbitMQ 3-node cluster and a NATS 3-server JetStream cluster, both from Debian's packages.
 
 Rules:

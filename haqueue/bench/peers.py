@@ -1,4 +1,4 @@
-"""`haqueue bench --peers`: haqueue's 3-node cluster against the replicated queues a user
+"""`haqueue bench peers`: haqueue's 3-node cluster against the replicated queues a user
 would otherwise run, in one sitting, one table.
 
 Rules:
@@ -193,9 +193,9 @@ def _started(system: str) -> Iterator[tuple[Runner, list[int]]]:
 
 def check_installed(systems: list[str]) -> None:
     if "rabbitmq" in systems and not peer_servers.rabbitmq_installed():
-        raise BenchError("--peers: RabbitMQ is not installed (apt-get install rabbitmq-server; scripts/setup does)")
+        raise BenchError("bench peers: RabbitMQ is not installed (apt-get install rabbitmq-server; scripts/setup does)")
     if "nats" in systems and peer_servers.nats_path() is None:
-        raise BenchError("--peers: nats-server is not installed (apt-get install nats-server; scripts/setup does)")
+        raise BenchError("bench peers: nats-server is not installed (apt-get install nats-server; scripts/setup does)")
 
 
 def bench_peers(systems: list[str], duration: float, warmup: float, timeout: float,

@@ -1,528 +1,226 @@
-"""`haqueue bench`: a load generator for any beanstalkd-protocol address.
+"""`haqueue bench`: load generators and measurements, one subcommand each.
 
-Thin: options are checked and turned into a LoadSpec here; haqueue.bench does the
-work. Every BenchError becomes a click.ClickException, which haqueue.cli.main prints
-as one line with a non-zero exit (imported from click, not main, to avoid an import cycle).
+    haqueue bench put|cycle|openloop   a workload against --address, or a --server bench starts
+    haqueue bench compare              beanstalkd and a haqueue node (or a --cluster) in one run
+    haqueue bench cluster CONFIG       a workload against a running cluster's leader
+    haqueue bench peers                haqueue, RabbitMQ and NATS as 3-node replicated clusters
+    haqueue bench gearman WORKLOAD     gearmand and a haqueue cluster, Gearman's protocol
+    haqueue bench ids                  the id service's ids/s and latency
+    haqueue bench startup N | timers N | memory N | scrape TUBES | flood
+
+Each subcommand takes only its own options (shared ones in bench_options.py), fills a
+bench_run.Settings and runs it. The old single-command spelling (`haqueue bench
+--compare ...`, used by older scripts and notes) still works: arguments that start
+with an option go to a hidden command that takes the old flags (bench_legacy.py) and
+runs the same Settings.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import click
 
-from haqueue.bench import disk
-from haqueue.bench.compare import (
-    bench_address,
-    bench_cluster,
-    bench_cluster_against_beanstalkd,
-    bench_servers,
-)
-from haqueue.bench.load import BenchError, LoadSpec, parse_address
-from haqueue.bench.memory import measure_memory
-from haqueue.bench.report import format_memory, format_runs, format_startup, format_timers, to_json
-from haqueue.progress import Progress, elapsed
-
-_POSITIVE = click.FloatRange(min=0, min_open=True)
+from haqueue.cli import bench_options as opt
+from haqueue.cli.bench_legacy import LEGACY_NAME, legacy
+from haqueue.cli.bench_run import PEER_SYSTEMS, Settings, run
 
 
-@click.command()
-@click.argument("what", required=False, type=click.Choice(["ids"]))
-@click.option("--id-mode", type=click.Choice(["segment", "exact", "both"]), default="both", show_default=True,
-              help="bench ids: which mode(s) to run.")
-@click.option("--clients", type=click.IntRange(min=1), default=None,
-              help="bench ids: closed-loop UDP clients [default: 4 in segment mode, 64 in exact mode].")
-@click.option("--address", default="127.0.0.1:11300", show_default=True, metavar="HOST:PORT",
-              help="Any beanstalkd-protocol server.")
-@click.option("--workload", type=click.Choice(["put", "cycle", "openloop"]), default="put",
-              show_default=True,
-              help="put: windowed puts; cycle: put, reserve, delete; openloop: puts at a fixed "
-                   "--rate, latency from when each was due.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=2000.0, show_default=True,
-              help="openloop: puts per second over all connections.")
-@click.option("--tube", default="bench", show_default=True)
-@click.option("--connections", type=click.IntRange(min=1), default=8, show_default=True,
-              help="put: producer connections.")
-@click.option("--window", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Puts each producer keeps in flight.")
-@click.option("--producers", type=click.IntRange(min=1), default=4, show_default=True,
-              help="cycle: producer connections.")
-@click.option("--consumers", type=click.IntRange(min=1), default=4, show_default=True,
-              help="cycle: consumer connections.")
-@click.option("--body-size", type=click.IntRange(min=0), default=100, show_default=True,
-              metavar="BYTES")
-@click.option("--duration", type=_POSITIVE, default=None, metavar="SECONDS",
-              help="Measured time [default: 5, or until --jobs].")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Stop after this many acknowledged (measured) puts.")
-@click.option("--warmup", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              metavar="SECONDS", help="Load before measuring starts, not counted.")
-@click.option("--backlog", type=click.IntRange(min=0), default=None,
-              help="cycle: most jobs put but not yet deleted [default: window x producers; "
-                   "0: no limit].")
-@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Load processes, each running a share of the connections.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs per server, taking turns with --compare; figures pooled.")
-@click.option("--timeout", type=_POSITIVE, default=10.0, show_default=True, metavar="SECONDS",
-              help="Fail when the server sends nothing for this long.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              metavar="FILE", help="Also write the figures as JSON.")
-@click.option("--server", type=click.Choice(["beanstalkd", "haqueue"]), default=None,
-              help="Start this server on a free loopback port and bench it.")
-@click.option("--compare", is_flag=True,
-              help="Start beanstalkd and a haqueue node, bench each, print the ratio.")
-@click.option("--compare-with", type=click.Choice(["haqueue", "beanstalkd"]), default="haqueue",
-              hidden=True)  # tests compare two beanstalkd while haqueue serve is unfinished
-@click.option("--durable", is_flag=True,
-              help="Started servers keep a write-ahead log and fsync every change (-b DIR -f0).")
-@click.option("--memory", "memory_jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Memory benchmark: put N jobs into started server(s), report RSS bytes/job.")
-@click.option("--scrape", "scrape_tubes", type=click.IntRange(min=1), default=None, metavar="TUBES",
-              help="Metrics benchmark: start a haqueue node with TUBES tubes, scrape /metrics "
-                   "repeatedly, report the node's CPU per scrape.")
-@click.option("--timers", "timer_count", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Timer benchmark: N timers (delay, time-to-run, DEADLINE_SOON, pause-tube, "
-                   "reserve-with-timeout); report how late they fire.")
-@click.option("--startup", "startup_count", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Start-up benchmark: exec the started server(s) N times; report the time "
-                   "to listening and to the first put answered, and the server's CPU time until then.")
-@click.option("--unix", "startup_unix", is_flag=True,
-              help="With --startup: the servers listen on a Unix socket (-l unix:PATH), not TCP.")
-@click.option("--flood", is_flag=True,
-              help="Hostile-client benchmark: a synchronous client's put latency idle and while "
-                   "another connection floods stats (--server/--compare, or --cluster: its leader; "
-                   "--jobs: puts per phase; --repeat: runs).")
-@click.option("--server-cpus", default=None, metavar="LIST",
-              help="Run the servers bench starts on these CPUs (e.g. 0) and the load on the "
-                   "others; for a --cluster, start it under `taskset -c LIST` yourself.")
-@click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
-              help="Bench the leader of the running cluster in this cluster file "
-                   "(`haqueue up` prints it).")
-@click.option("--gearman", "gearman_workload", type=click.Choice(["submit", "cycle"]), default=None,
-              help="Gearman benchmark: start gearmand (in memory, then with its SQLite queue where "
-                   "built with it) and a durable haqueue cluster "
-                   "(--gearman-nodes) and run this workload on each with synchronous clients: "
-                   "submit: background submits (--connections); cycle: submit -> grab -> complete "
-                   "(--producers, --consumers as workers, --backlog).")
-@click.option("--gearman-nodes", type=click.IntRange(1, 5), default=3, show_default=True,
-              help="--gearman: nodes of the haqueue cluster started.")
-@click.option("--peers", is_flag=True,
-              help="Replicated peers: start haqueue 3 nodes -f0 and -f 50, RabbitMQ 3 nodes (quorum "
-                   "queue) and NATS 3 servers (JetStream R3), one after another, each on --server-cpus "
-                   "(default 0); run cycle, put and open loop on each; print one table with ratios.")
-@click.option("--peer-systems", default=",".join(("haqueue-f0", "haqueue-f50", "rabbitmq", "nats")),
-              show_default=True, metavar="LIST", help="--peers: which systems, in this order.")
-def bench(
-    what: str | None,
-    id_mode: str,
-    clients: int | None,
-    address: str,
-    workload: str,
-    rate: float,
-    tube: str,
-    connections: int,
-    window: int,
-    producers: int,
-    consumers: int,
-    body_size: int,
-    duration: float | None,
-    jobs: int | None,
-    warmup: float,
-    backlog: int | None,
-    processes: int,
-    repeat: int,
-    timeout: float,
-    json_path: str | None,
-    server: str | None,
-    compare: bool,
-    compare_with: str,
-    durable: bool,
-    memory_jobs: int | None,
-    scrape_tubes: int | None,
-    timer_count: int | None,
-    startup_count: int | None,
-    startup_unix: bool,
-    flood: bool,
-    server_cpus: str | None,
-    cluster: str | None,
-    gearman_workload: str | None,
-    gearman_nodes: int,
-    peers: bool,
-    peer_systems: str,
-) -> None:
-    """Measure jobs/s and latency against a beanstalkd-protocol server.
+class BenchGroup(click.Group):
+    """A group that sends the old flag spelling (`bench --compare ...`, or no arguments at
+    all: a put run against 127.0.0.1:11300) to the hidden legacy command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0].startswith("-") and args[0] not in ctx.help_option_names):
+            args = [LEGACY_NAME, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=BenchGroup)
+def bench() -> None:
+    """Measure throughput and latency: haqueue against beanstalkd, its peers, itself.
 
     Every reply is checked; the first unexpected one ends the run with an error.
-
-    `haqueue bench ids` starts a three-node durable cluster with the id
-    service and measures ids/s and latency with closed-loop UDP clients
-    (--id-mode, --clients, --duration, --warmup).
+    Figures and the commands that made them: docs/benchmarks.md. The older
+    spelling with flags only (`bench --compare --workload cycle`) still runs
+    the same benchmark as the subcommand (`bench compare --workload cycle`).
     """
-    if what == "ids":
-        from haqueue.bench.ids import bench_ids
-
-        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
-                                  ("--memory", memory_jobs), ("--scrape", scrape_tubes),
-                                  ("--timers", timer_count), ("--startup", startup_count), ("--flood", flood))
-                  if on]
-        if others:
-            raise click.ClickException(f"bench ids starts its own cluster: it excludes {' and '.join(others)}")
-        modes = ["segment", "exact"] if id_mode == "both" else [id_mode]
-        try:
-            progress, started = Progress(), time.monotonic()
-            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench ids: {elapsed(started)} elapsed"):
-                runs = bench_ids(modes, clients, None, warmup, duration or 5.0)
-        except BenchError as exc:
-            raise click.ClickException(str(exc)) from None
-        for run in runs:
-            click.echo(run.describe())
-        return
-    if peers:
-        _bench_peers(peer_systems, server_cpus, duration or 5.0, warmup, timeout, json_path,
-                     others=[n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
-                                             ("--memory", memory_jobs), ("--scrape", scrape_tubes),
-                                             ("--timers", timer_count), ("--startup", startup_count),
-                                             ("--flood", flood), ("--gearman", gearman_workload)) if on])
-        return
-    if server_cpus is not None:
-        from haqueue.bench.servers import pin_servers
-
-        try:
-            cpus = {int(part) for part in server_cpus.split(",") if part.strip()}
-        except ValueError:
-            raise click.ClickException(f"--server-cpus {server_cpus!r}: expected CPU numbers, e.g. 0 or 0,1")
-        try:
-            pin_servers(cpus or {-1})
-        except BenchError as exc:
-            raise click.ClickException(str(exc)) from None
-    if gearman_workload is not None:
-        _bench_gearman(gearman_workload, gearman_nodes, connections, producers, consumers, body_size,
-                       duration or 5.0, warmup, backlog, timeout, repeat, json_path,
-                       others=[n for n, on in (("--server", server), ("--compare", compare),
-                                               ("--cluster", cluster), ("--memory", memory_jobs)) if on])
-        return
-    if scrape_tubes is not None:
-        from haqueue.bench.scrape import bench_scrape
-
-        others = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster),
-                                  ("--memory", memory_jobs), ("--json", json_path)) if on]
-        if others:
-            raise click.ClickException(f"--scrape starts its own node: it excludes {' and '.join(others)}")
-
-        try:
-            progress, started = Progress(), time.monotonic()
-            with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --scrape: {elapsed(started)} elapsed"):
-                result = bench_scrape(scrape_tubes)
-            click.echo(result.describe())
-        except BenchError as exc:
-            raise click.ClickException(str(exc)) from None
-        return
-    chosen = [n for n, on in (("--server", server), ("--compare", compare), ("--cluster", cluster)) if on]
-    compare_cluster = compare and cluster is not None
-    if compare_cluster:
-        # The cluster against beanstalkd in memory and beanstalkd -b DIR -f0,
-        # both started here, in the same run.
-        chosen = [n for n in chosen if n != "--compare"]
-        compare = False
-    if len(chosen) > 1:
-        raise click.ClickException(f"{' and '.join(chosen)} exclude each other")
-    if compare_cluster and (durable or memory_jobs):
-        raise click.ClickException("--compare --cluster always runs beanstalkd both in memory and with -f0")
-    kinds = ["beanstalkd", compare_with] if compare else [server] if server else []
-    if durable and not kinds:
-        raise click.ClickException(
-            "--durable applies to servers bench starts: add --server or --compare"
-        )
-    if memory_jobs and cluster:
-        raise click.ClickException("--memory starts its own servers: use --server or --compare")
-    if startup_count and (timer_count or memory_jobs or cluster or not kinds):
-        raise click.ClickException("--startup starts its own servers: use it with --server or "
-                                   "--compare alone")
-    if startup_unix and not startup_count:
-        raise click.ClickException("--unix goes with --startup")
-    if timer_count and memory_jobs:
-        raise click.ClickException("--timers and --memory are separate benchmarks: run one at a time")
-    if timer_count and compare_cluster:
-        raise click.ClickException("--timers takes --cluster or --compare, not both")
-    if flood and ((not kinds and not cluster) or compare_cluster or memory_jobs or durable):
-        raise click.ClickException("--flood takes --server, --compare or --cluster, alone")
-    if flood:
-        from haqueue.bench.flood import SAMPLES, flood_cluster, flood_servers, format_flood
-
-        try:
-            with _sigterm_as_interrupt():
-                if cluster:
-                    results = flood_cluster(cluster, jobs or SAMPLES, repeat, timeout)
-                else:
-                    results = flood_servers(kinds, jobs or SAMPLES, repeat)
-                click.echo(format_flood(results))
-        except BenchError as exc:
-            raise click.ClickException(str(exc)) from None
-        return
-    if memory_jobs and not kinds:
-        raise click.ClickException("--memory reads a server's RSS by PID: add --server or --compare")
-    if json_path is not None:
-        folder = os.path.dirname(os.path.abspath(json_path))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise click.ClickException(f"cannot write {json_path}: {folder} is not a writable directory")
-    if duration is None and jobs is None:
-        duration = 5.0
-    sync_ms = None
-    try:
-        host, port = parse_address(address)
-        spec = LoadSpec(
-            host=host,
-            port=port,
-            workload=workload,
-            tube=tube,
-            connections=connections,
-            window=window,
-            producers=producers,
-            consumers=consumers,
-            body_size=body_size,
-            duration=duration,
-            jobs=jobs,
-            warmup=warmup,
-            backlog=backlog,
-            processes=processes,
-            timeout=timeout,
-            rate=rate,
-        )
-        spec.validate()
-        # A per-second line on a terminal (quiet when piped): runs take seconds to minutes.
-        progress = Progress()
-        started = time.monotonic()
-        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench: {elapsed(started)} elapsed"):
-            if startup_count:
-                from haqueue.bench.startup import measure_startup
-
-                started_runs = measure_startup(kinds, startup_count, durable, unix=startup_unix)
-                click.echo(format_startup(started_runs, startup_count, durable, unix=startup_unix))
-                if json_path is not None:
-                    _write_doc_json(json_path, {"settings": {"starts": startup_count, "durable": durable,
-                                                             "unix": startup_unix},
-                                                "startup": [r.to_json() for r in started_runs]})
-                return
-            if timer_count:
-                results = measure_timers_on(spec, kinds, durable, cluster, timer_count)
-                click.echo(format_timers(results, _timers_headline(timer_count, durable if kinds else None)))
-                if json_path is not None:
-                    _write_doc_json(json_path, {"settings": {"timers": timer_count, "durable": durable},
-                                                "timers": [r.to_json() for r in results]})
-                return
-            if memory_jobs:
-                memory = measure_memory(spec, kinds, durable, memory_jobs)
-                runs = []
-                click.echo(format_memory(memory))
-            else:
-                if compare_cluster:
-                    runs = bench_cluster_against_beanstalkd(spec, cluster, repeat)
-                elif kinds:
-                    runs = bench_servers(spec, kinds, durable, repeat)
-                elif cluster:
-                    runs = [bench_cluster(spec, cluster, repeat)]
-                else:
-                    runs = [bench_address(spec, repeat)]
-                memory = []
-                click.echo(format_runs(runs, _headline(spec, durable if kinds else None, repeat)))
-                if compare_cluster or (durable and kinds):
-                    # Where bench's own servers keep their -b data directories.
-                    line, sync_ms = disk.describe()
-                    click.echo(line)
-    except BenchError as exc:
-        raise click.ClickException(str(exc)) from None
-    if json_path is not None:
-        _write_json(json_path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms)
 
 
-def measure_timers_on(spec: LoadSpec, kinds: list[str], durable: bool, cluster: str | None,
-                      count: int) -> list:
-    """The timer benchmark on each started server in turn, the cluster's leader, or the address."""
-    from haqueue.bench.cluster import find_leader
-    from haqueue.bench.servers import started
-    from haqueue.bench.timers import measure_timers
-
-    if kinds:
-        results = []
-        for kind in kinds:
-            with started(kind, durable) as server:
-                results.append(measure_timers(server.host, server.port, count, server=kind))
-        return results
-    if cluster:
-        leader, size = find_leader(cluster, spec.timeout)
-        return [measure_timers(leader.address, leader.client_port, count, server=f"haqueue {size}-node")]
-    return [measure_timers(spec.host, spec.port, count)]
+bench.add_command(legacy)
 
 
-def _timers_headline(count: int, durable: bool | None) -> str:
-    from haqueue.bench.timers import DEFAULT_LANES
+def _workload_command(name: str, options: Callable, summary: str) -> None:
+    """put, cycle and openloop: the same target and load options, each with its own."""
 
-    where = "" if durable is None else (", durable (-b DIR -f0)" if durable else ", in memory")
-    return (f"timers: {count:,} or more, {DEFAULT_LANES} lanes at most; lateness = reply time - "
-            f"command sent - asked time (early < 0){where}")
-
-
-def _write_doc_json(path: str, doc: dict) -> None:
-    import json
-
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=2) + "\n")
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+    @bench.command(name, help=summary)
+    @opt.address
+    @opt.server
+    @opt.durable
+    @options
+    @opt.load_options
+    @opt.server_cpus
+    def command(**kwargs) -> None:
+        run(Settings(workload=name, **kwargs))
 
 
-def _write_json(path, spec, kinds, durable, repeat, memory_jobs, runs, memory, sync_ms=None) -> None:
-    settings = {
-        "workload": spec.workload,
-        "address": None if kinds else spec.address,
-        "servers": kinds or None,
-        "durable": durable,
-        "tube": spec.tube,
-        "connections": spec.connections if spec.workload != "cycle" else None,
-        "rate": spec.rate if spec.workload == "openloop" else None,
-        "producers": spec.producers if spec.workload == "cycle" else None,
-        "consumers": spec.consumers if spec.workload == "cycle" else None,
-        "window": spec.window,
-        "backlog": spec.backlog_cap if spec.workload == "cycle" else None,
-        "body_size": spec.body_size,
-        "duration": spec.duration,
-        "jobs": spec.jobs,
-        "warmup": spec.warmup,
-        "processes": spec.processes,
-        "repeat": repeat,
-        "memory_jobs": memory_jobs,
-        "fdatasync_ms": round(sync_ms, 4) if sync_ms is not None else None,
-    }
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(to_json(settings, runs, memory))
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+_workload_command("put", opt.connections, "Windowed puts: --connections producers, each keeping "
+                  "--window puts in flight.")
+_workload_command("cycle", opt.stack(opt.producers, opt.consumers, opt.backlog),
+                  "Put, reserve, delete: --producers and --consumers; latency put to delete.")
+_workload_command("openloop", opt.stack(opt.rate, opt.connections),
+                  "Puts at a fixed --rate over --connections; latency from when each put was due.")
 
 
-def _bench_gearman(workload: str, nodes: int, connections: int, producers: int, consumers: int,
-                   body_size: int, duration: float, warmup: float, backlog: int | None, timeout: float,
-                   repeat: int, json_path: str | None, others: list[str]) -> None:
-    from haqueue.bench.gearman import bench_gearman, format_gearman
-
-    if others:
-        raise click.ClickException(f"--gearman starts its own servers: it excludes {' and '.join(others)}")
-    try:
-        progress, started = Progress(), time.monotonic()
-        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --gearman: {elapsed(started)} elapsed"):
-            results = bench_gearman(workload, nodes, connections if workload == "submit" else producers,
-                                    consumers, body_size, duration, warmup, backlog or 256, timeout, repeat)
-        click.echo(format_gearman(results))
-        if json_path is not None:
-            _write_doc_json(json_path, {"settings": {"gearman": workload, "nodes": nodes, "duration": duration},
-                                        "gearman": [r.to_json() for r in results]})
-    except BenchError as exc:
-        raise click.ClickException(str(exc)) from None
+@bench.command("compare")
+@opt.workload_options
+@opt.durable
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None, metavar="CONFIG",
+              help="Bench this running cluster's leader against beanstalkd in memory and with -f0, "
+                   "instead of a haqueue node bench starts.")
+@opt.load_options
+@opt.server_cpus
+@opt.compare_with
+def compare(**kwargs) -> None:
+    """Start beanstalkd and a haqueue node, bench each in turn, print the ratio."""
+    if kwargs["cluster"] is not None and kwargs["durable"]:
+        raise click.ClickException("compare --cluster always runs beanstalkd both in memory and with -f0: "
+                                   "drop --durable")
+    run(Settings(compare=True, **kwargs))
 
 
-def _bench_peers(systems_text: str, server_cpus: str | None, duration: float, warmup: float, timeout: float,
-                 json_path: str | None, others: list[str]) -> None:
-    from haqueue.bench import peers
-    from haqueue.bench.servers import pin_servers
-
-    if others:
-        raise click.ClickException(f"--peers starts its own servers: it excludes {' and '.join(others)}")
-    systems = [s.strip() for s in systems_text.split(",") if s.strip()]
-    unknown = [s for s in systems if s not in peers.SYSTEMS]
-    if unknown or not systems:
-        raise click.ClickException(f"--peer-systems {systems_text!r}: expected some of {', '.join(peers.SYSTEMS)}")
-    if json_path is not None:
-        folder = os.path.dirname(os.path.abspath(json_path))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise click.ClickException(f"cannot write {json_path}: {folder} is not a writable directory")
-    try:
-        if server_cpus is not None:
-            try:
-                cpus = {int(part) for part in server_cpus.split(",") if part.strip()}
-            except ValueError:
-                raise BenchError(f"--server-cpus {server_cpus!r}: expected CPU numbers, e.g. 0 or 0,1") from None
-        else:
-            cpus = peers.default_server_cpus()
-        if cpus is not None:
-            pin_servers(cpus or {-1})
-        progress, started = Progress(), time.monotonic()
-        step = ["starting"]
-        with _sigterm_as_interrupt(), progress.ticking(lambda: f"bench --peers: {step[0]}, {elapsed(started)} elapsed"):
-            sitting = peers.bench_peers(systems, duration, warmup, timeout, on_step=lambda m: step.__setitem__(0, m))
-        where = (f"servers on CPU {','.join(map(str, sorted(cpus)))}, the load (one process) on the others"
-                 if cpus else "unpinned")
-        click.echo(peers.format_sitting(sitting, systems, f"peers, one sitting: {where}; 100 B bodies; each "
-                                        f"workload measured {duration:g} s after {warmup:g} s warmup"))
-        # -f0 and RabbitMQ wait for a sync per acknowledgement: the disk's sync time frames them.
-        line, sync_ms = disk.describe()
-        click.echo(line)
-        if json_path is not None:
-            _write_doc_json(json_path, peers.sitting_json(sitting, systems, {
-                "duration": duration, "warmup": warmup, "server_cpus": sorted(cpus) if cpus else None,
-                "fdatasync_ms": round(sync_ms, 4)}))
-        if sitting.errors:
-            total = len(systems) * len(peers.WORKLOADS)
-            raise BenchError(f"--peers: {total - len(sitting.runs)} of {total} runs failed (listed above)")
-    except BenchError as exc:
-        raise click.ClickException(str(exc)) from None
+@bench.command("cluster")
+@click.argument("config", type=click.Path(dir_okay=False))
+@opt.workload_options
+@opt.load_options
+def cluster(config: str, **kwargs) -> None:
+    """Bench the leader of the running cluster in CONFIG (`haqueue up` prints it)."""
+    run(Settings(cluster=config, **kwargs))
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends bench as Ctrl-C does, so the servers it started are stopped by PID."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        # Exactly as Ctrl-C: inside asyncio.run, Python 3.11's runner has its own
-        # SIGINT handler, which cancels the load's main task and raises
-        # KeyboardInterrupt once it has unwound. Raising it here instead landed
-        # anywhere inside the event loop's machinery, and the loop's shutdown then
-        # sometimes hung (tests/bench/test_servers.py saw bench outlive 10 s).
-        on_ctrl_c = signal.getsignal(signal.SIGINT)
-        if callable(on_ctrl_c):  # Python's default raises KeyboardInterrupt; asyncio's cancels
-            on_ctrl_c(signal.SIGINT, frame)
-            return
-        raise KeyboardInterrupt  # Ctrl-C ignored here (SIG_IGN): SIGTERM still stops bench
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+@bench.command("peers")
+@click.option("--systems", "peer_systems", default=",".join(PEER_SYSTEMS), show_default=True, metavar="LIST",
+              help="Which systems, in this order.")
+@click.option("--peer-systems", "peer_systems", hidden=True)  # the old spelling
+@opt.server_cpus
+@opt.duration
+@opt.warmup
+@opt.timeout
+@opt.json_path
+def peers(**kwargs) -> None:
+    """Replicated peers: haqueue 3 nodes -f0 and -f 50, RabbitMQ 3 nodes (quorum queue) and
+    NATS 3 servers (JetStream R3), one after another, each on --server-cpus (default 0);
+    cycle, put and open loop on each; one table with ratios."""
+    run(Settings(peers=True, **kwargs))
 
 
-def _headline(spec: LoadSpec, durable: bool | None, repeat: int) -> str:
-    if spec.workload == "put":
-        load = f"put: {spec.connections} connections x window {spec.window}"
-    elif spec.workload == "openloop":
-        load = f"open loop: {spec.rate:,.0f} puts/s over {spec.connections} connections"
-    else:
-        load = (
-            f"cycle: {spec.producers} producers (window {spec.window}, backlog "
-            f"{spec.backlog_cap or 'unbounded'}) + {spec.consumers} consumers"
-        )
-    stop = []
-    if spec.duration is not None:
-        stop.append(f"{spec.duration:g} s")
-    if spec.jobs is not None:
-        stop.append(f"{spec.jobs:,} put{'s' if spec.jobs != 1 else ''}")
-    parts = [
-        load,
-        f"{spec.body_size} B bodies",
-        f"measured {' or '.join(stop)} after {spec.warmup:g} s warmup",
-        f"{spec.processes} load process{'es' if spec.processes > 1 else ''}",
-    ]
-    if repeat > 1:
-        parts.append(f"{repeat} runs per server, pooled")
-    if durable is not None:
-        parts.append("durable (-b DIR -f0)" if durable else "in memory")
-    return ", ".join(parts)
+@bench.command("gearman")
+@click.argument("gearman_workload", metavar="WORKLOAD", type=click.Choice(["submit", "cycle"]))
+@click.option("--nodes", "gearman_nodes", type=click.IntRange(1, 5), default=Settings.gearman_nodes,
+              show_default=True, help="Nodes of the haqueue cluster started.")
+@click.option("--gearman-nodes", "gearman_nodes", type=click.IntRange(1, 5), hidden=True)  # the old spelling
+@opt.connections
+@opt.producers
+@opt.consumers
+@opt.backlog
+@opt.body_size
+@opt.duration
+@opt.warmup
+@opt.timeout
+@opt.repeat
+@opt.json_path
+@opt.server_cpus
+def gearman(**kwargs) -> None:
+    """Start gearmand (in memory, then with its SQLite queue where built with it) and a
+    durable haqueue cluster, run WORKLOAD on each with synchronous clients. submit:
+    background submits (--connections); cycle: submit -> grab -> complete (--producers,
+    --consumers as workers, --backlog)."""
+    run(Settings(**kwargs))
+
+
+@bench.command("ids")
+@click.option("--id-mode", type=click.Choice(["segment", "exact", "both"]), default=Settings.id_mode,
+              show_default=True, help="Which mode(s) to run.")
+@click.option("--clients", type=click.IntRange(min=1), default=None,
+              help="Closed-loop UDP clients [default: 4 in segment mode, 64 in exact mode].")
+@opt.duration
+@opt.warmup
+def ids(**kwargs) -> None:
+    """Start a three-node durable cluster with the id service; measure ids/s and latency
+    with closed-loop UDP clients."""
+    run(Settings(what="ids", **kwargs))
+
+
+def _started(kwargs: dict, what: str, cluster_too: bool = False) -> None:
+    """The one-line refusal when a benchmark of servers bench starts names none."""
+    if not (kwargs.get("server") or kwargs.get("compare") or kwargs.get("cluster")):
+        raise click.ClickException(f"bench {what} needs --server KIND or --compare"
+                                   + (" or --cluster CONFIG" if cluster_too else ""))
+
+
+@bench.command("startup")
+@click.argument("startup_count", metavar="N", type=click.IntRange(min=1))
+@opt.started_options
+@click.option("--unix", "startup_unix", is_flag=True, help="The servers listen on a Unix socket "
+              "(-l unix:PATH), not TCP.")
+@opt.json_path
+@opt.server_cpus
+def startup(**kwargs) -> None:
+    """Exec the started server(s) N times; report the time to listening and to the first
+    put answered, and the server's CPU time until then."""
+    _started(kwargs, "startup")
+    run(Settings(**kwargs))
+
+
+@bench.command("timers")
+@click.argument("timer_count", metavar="N", type=click.IntRange(min=1))
+@opt.address
+@opt.started_options
+@opt.cluster
+@opt.timeout
+@opt.json_path
+@opt.server_cpus
+def timers(**kwargs) -> None:
+    """N timers (delay, time-to-run, DEADLINE_SOON, pause-tube, reserve-with-timeout) on
+    --address, started server(s) or a --cluster's leader; report how late they fire."""
+    run(Settings(**kwargs))
+
+
+@bench.command("memory")
+@click.argument("memory_jobs", metavar="N", type=click.IntRange(min=1))
+@opt.started_options
+@opt.connections
+@opt.window
+@opt.body_size
+@opt.tube
+@opt.processes
+@opt.timeout
+@opt.json_path
+@opt.server_cpus
+def memory(**kwargs) -> None:
+    """Put N jobs into started server(s); report RSS bytes per job."""
+    _started(kwargs, "memory")
+    run(Settings(**kwargs))
+
+
+@bench.command("scrape")
+@click.argument("scrape_tubes", metavar="TUBES", type=click.IntRange(min=1))
+def scrape(**kwargs) -> None:
+    """Start a haqueue node with TUBES tubes, scrape /metrics repeatedly, report the node's
+    CPU per scrape."""
+    run(Settings(**kwargs))
+
+
+@bench.command("flood")
+@opt.server
+@opt.compare
+@opt.cluster
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Puts per phase.")
+@opt.repeat
+@opt.timeout
+@opt.server_cpus
+def flood(**kwargs) -> None:
+    """Hostile client: a synchronous client's put latency idle and while another
+    connection floods stats, on started server(s) or a --cluster's leader."""
+    _started(kwargs, "flood", cluster_too=True)
+    run(Settings(flood=True, **kwargs))

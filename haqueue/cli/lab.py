@@ -119,7 +119,7 @@ def down(directory: str) -> None:
               "(by name only); campaign (issue 23's storage campaign), mix (random), all (each in turn), "
               "or several joined by commas "
               "(those in turn; NAME*N: N of it per round, the round shuffled, e.g. "
-              "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/chaos.py.")
+              "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/scenarios.py.")
 @click.option("--runs", type=click.IntRange(1, 10000), default=5, show_default=True,
               help="Faults to inject (with `all` or a list: rounds of every scenario in it).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds fault choice and timing.")
@@ -144,7 +144,9 @@ def chaos(directory: str, scenario: str, runs: int, seed: int, max_gap: float | 
     Exits 1 when anything was lost, unexpected or doubly reserved, or an id
     was handed out twice or out of order.
     """
-    from haqueue.lab.chaos import CHOICES, format_report, run_chaos, unknown
+    from haqueue.lab.report import format_report
+    from haqueue.lab.runner import run_chaos, unknown
+    from haqueue.lab.scenarios import CHOICES
     from haqueue.lab.lab import LabError
     from haqueue.progress import Progress, elapsed
 

@@ -1,7 +1,7 @@
 """The lab's membership scenarios (issue 27): the cluster changes its members under load,
 and a leader is killed while it does.
 
-Each is a function of the lab and a seeded random source, as chaos.py's
+Each is a function of the lab and a seeded random source, as scenarios.py's
 scenarios are, and returns its fault record with one entry per step in
 `steps` (what was done, on which node, and how long until a leader served
 again and the VIP was on it). The changes are made with the real
@@ -34,7 +34,7 @@ import time
 from haqueue.lab import members, topology
 from haqueue.lab.lab import Lab, LabError, wait_for
 
-RECOVERY_TIMEOUT = 30.0  # as chaos.py's
+RECOVERY_TIMEOUT = 30.0  # as scenarios.py's
 
 
 def _fault(name: str, node: str | None, **extra) -> dict:

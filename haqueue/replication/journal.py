@@ -57,6 +57,15 @@ worker (`synced_through`, which waits at most a given time), so a slow disk
 delays its answers but not its loop. Truncations wait for a background sync to finish first, so
 `synced_end` never counts bytes of a file that was cut and written again.
 
+Compaction after a snapshot (deleteEntriesTo) drops the covered entries from
+memory at once and the file's prefix later: the worker copies the kept records
+to `<journal>.compact` and syncs the copy while appends go on, and the loop, at
+its next add (or its one-second timer), copies what was appended since and
+renames the copy into place. Until then the file keeps the prefix, which is
+consistent with the snapshot (snapshot.align_journal drops it at a restart).
+Positions (end, offsets, synced_end, owed_end) are logical and never move; the
+file offset of a position is position - base.
+
 Failures are final. Any error writing, syncing, truncating or renaming the
 journal (EIO, ENOSPC, a short write) poisons it: that call and every later
 one raise JournalError naming the file and the error, and nothing after the
@@ -91,6 +100,8 @@ from haqueue.replication.observed import FsyncTimer
 log = logging.getLogger(__name__)
 
 MAGIC = b"HAQJRNL1"
+CLOSE_COMPACTION_WAIT = 5.0  # seconds a clean close waits for a compaction under way
+COMPACT_CHUNK = 1 << 20  # the worker's compaction copies this much between syncs it is asked for
 
 
 # What a record's command holds: pysyncobj's framing of a replicated call, a type
@@ -211,6 +222,20 @@ class DurableJournal:
         self._sync_target: int | None = None
         self._sync_worker: threading.Thread | None = None
         self._closing = False
+        # Compaction (deleteEntriesTo) runs in the same worker: see _compact_in_worker.
+        self._compact_from: int | None = None  # requested: copy the records from here
+        self._compact_busy = False  # the worker is copying
+        self._sync_running = False  # the worker is syncing _sync_target
+        self._compact_cancel = False
+        self._compacted: tuple[int, int, int] | None = None  # a copy ready to swap in
+        self._old_fd = -1  # the file the swap replaced, closed by the worker
+        self._dropped: list[list] = []  # entries compaction dropped, freed by the worker
+        self._dir_unsynced = False  # a swap's rename is not yet durable
+        # Positions (end, offsets, synced_end, owed_end, allocated) are logical: they
+        # never move when a compaction drops the file's prefix, so an acknowledgement
+        # waiting for `synced_end` to pass a position is not lost to a swap. The file
+        # offset of a position is position - base.
+        self.base = 0
         self.fd = -1
         with self._io("open"):
             self._open()
@@ -223,6 +248,18 @@ class DurableJournal:
     def dirty(self) -> bool:
         """Bytes were written that are not yet known to be on disk."""
         return self.synced_end < self.end
+
+    @property
+    def file_bytes(self) -> int:
+        """The journal file's size now (before a pending compaction, its old prefix too)."""
+        return self.end - self.base
+
+    @property
+    def size(self) -> int:
+        """The bytes the journal holds once compacted: its header and kept records.
+        What the snapshot trigger weighs (snapshot.journal_due)."""
+        first = self.offsets[0] if len(self.offsets) else self.end
+        return len(MAGIC) + self.end - first
 
     # ------------------------------------------------------------- failure
     @contextmanager
@@ -331,10 +368,19 @@ class DurableJournal:
         if self.dirty:
             target = self.end
             with self._io("fdatasync"):
+                self._sync_swap_rename()
                 self._fdatasync(self.fd)
             self.syncs += 1
             self.synced_end = max(self.synced_end, target)
         self.last_sync = time.monotonic()
+
+    def _sync_swap_rename(self) -> None:
+        """Make the last compaction's rename durable, if it is not yet: bytes written
+        to the new file count as synced only once its name is (a power loss would
+        bring the old file back without them)."""
+        if self._dir_unsynced:
+            fsync_dir(self.path)
+            self._dir_unsynced = False
 
     def _fdatasync(self, fd: int) -> None:
         started = time.monotonic()
@@ -357,17 +403,21 @@ class DurableJournal:
         with self._sync_state:
             if self._sync_target is not None:
                 return  # one at a time: the caller asks again on its next round
-            if self._sync_worker is None:
-                worker = threading.Thread(target=self._sync_in_worker, name="journal-sync", daemon=True)
-                try:
-                    worker.start()
-                except RuntimeError as exc:  # "can't start new thread": out of threads or memory
-                    # Nothing would ever sync: a node waiting for it would wait forever.
-                    self.failed = f"journal {self.path}: cannot start its sync thread: {exc}"
-                    raise JournalError(self.failed) from exc
-                self._sync_worker = worker
+            self._start_worker()
             self._sync_target = self.end
             self._sync_state.notify_all()
+
+    def _start_worker(self) -> None:
+        """Start the worker thread if it is not running (called holding _sync_state)."""
+        if self._sync_worker is None:
+            worker = threading.Thread(target=self._sync_in_worker, name="journal-sync", daemon=True)
+            try:
+                worker.start()
+            except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                # Nothing would ever sync: a node waiting for it would wait forever.
+                self.failed = f"journal {self.path}: cannot start its sync thread: {exc}"
+                raise JournalError(self.failed) from exc
+            self._sync_worker = worker
 
     def _sync_in_worker(self) -> None:
         try:
@@ -380,32 +430,56 @@ class DurableJournal:
                 if self.failed is None:
                     self.failed = f"journal {self.path}: its sync thread died: {type(exc).__name__}: {exc}"
                 self._sync_target = None
+                self._compact_busy = False
                 self._sync_state.notify_all()
 
     def _serve_background_syncs(self) -> None:
+        """The worker's jobs, most urgent first: close the file a swap replaced (and
+        make the swap's rename durable), free dropped entries, sync, compact."""
         state = self._sync_state
         while True:
             with state:
-                while self._sync_target is None and not self._closing:
+                while (self._sync_target is None and self._old_fd < 0 and self._compact_from is None
+                       and not self._dropped and not self._closing):
                     state.wait()
-                if self._sync_target is None:
-                    return
-                target, fd = self._sync_target, self.fd
-            error = None
-            try:
-                # The fd stays open meanwhile: whatever would close or cut the
-                # file waits for _sync_target to clear (_wait_for_background).
-                self._fdatasync(fd)
-            except OSError as exc:
-                error = exc
-            with state:
-                if error is None:
-                    self.syncs += 1
-                    self.synced_end = max(self.synced_end, target)
-                else:
-                    self._fail("fdatasync", error)
-                self._sync_target = None
-                state.notify_all()
+                old_fd, self._old_fd = self._old_fd, -1
+                dropped, self._dropped = self._dropped, []
+                sync = self._sync_target is not None
+                compact = self._compact_from is not None and self.failed is None
+            if old_fd >= 0:
+                self._after_swap(old_fd)
+            del dropped  # the last references to the dropped entries: freed here, not on the loop
+            if sync:
+                self._serve_one_sync()
+            elif compact:
+                self._compact_in_worker()
+            elif old_fd < 0 and self._closing:
+                return
+
+    def _serve_one_sync(self) -> None:
+        state = self._sync_state
+        with state:
+            if self._sync_target is None:
+                return
+            target, fd = self._sync_target, self.fd
+            self._sync_running = True
+        error = None
+        try:
+            # The fd stays open meanwhile: whatever would close or cut the
+            # file waits for _sync_target to clear (_wait_for_background).
+            self._sync_swap_rename()
+            self._fdatasync(fd)
+        except OSError as exc:
+            error = exc
+        with state:
+            if error is None:
+                self.syncs += 1
+                self.synced_end = max(self.synced_end, target)
+            else:
+                self._fail("fdatasync", error)
+            self._sync_target = None
+            self._sync_running = False
+            state.notify_all()
 
     def synced_through(self, target: int, timeout: float) -> bool:
         """Is the file durable up to offset `target`? Starts a background sync if
@@ -431,6 +505,12 @@ class DurableJournal:
         worker = self._sync_worker
         if worker is not None:
             with self._sync_state:
+                if self._sync_target is not None and self._compact_busy and not self._sync_running:
+                    # The worker is compacting: the caller syncs on its own rather
+                    # than wait for the copy (a sync asked for meanwhile is served
+                    # between its chunks, but not during the copy's own fsync).
+                    self._sync_target = None
+                    self._sync_state.notify_all()
                 while self._sync_target is not None:
                     # The worker clears the target even when it dies (_sync_in_worker);
                     # the timeout is a second guard against waiting on a dead thread.
@@ -449,9 +529,11 @@ class DurableJournal:
         # truncation or reopen (and the journal's writes are the only pwrite
         # calls of the process, which lets libfiu fail exactly them in tests).
         with self._io("write"):
+            if self._compacted is not None:
+                self._swap_compacted()
             if self.end + len(record) > self.allocated and not self.policy.never:
                 self._write_ahead(self.end + len(record) + PREALLOCATE)
-            write_all(self.fd, record, self.end)
+            write_all(self.fd, record, self.end - self.base)
         self.entries.append((command, idx, term))
         self.offsets.append(self.end)
         self.end += len(record)
@@ -464,16 +546,18 @@ class DurableJournal:
     def _write_ahead(self, allocated: int) -> None:
         """Zeros from the end of the records to `allocated`: the records' next room. Synced
         with the record written now; the file's new size rides that one sync."""
-        write_all(self.fd, bytes(allocated - self.end), self.end)
+        write_all(self.fd, bytes(allocated - self.end), self.end - self.base)
         self.allocated = allocated
 
     def _truncate(self, end: int) -> None:
+        self._abandon_compaction()
         self._wait_for_background()
         with self._io("truncate"):
             # Cut the room written ahead too: records cut here must not be left
             # behind the new end, where the next open would read them back.
-            os.ftruncate(self.fd, end)
-            os.lseek(self.fd, end, os.SEEK_SET)
+            self._sync_swap_rename()
+            os.ftruncate(self.fd, end - self.base)
+            os.lseek(self.fd, end - self.base, os.SEEK_SET)
             self.end = self.allocated = end
             self.synced_end = min(self.synced_end, end)
             self.owed_end = min(self.owed_end, end)
@@ -482,11 +566,12 @@ class DurableJournal:
                 os.fdatasync(self.fd)
                 self.syncs += 1
                 self.synced_end = end
+        self._request_compaction()  # the prefix an abandoned compaction was to drop
 
     def clear(self):
         self.entries = []
         self.offsets = array("Q")
-        self._truncate(len(MAGIC))
+        self._truncate(self.base + len(MAGIC))
 
     def deleteEntriesFrom(self, entryFrom):
         # Raft truncates a conflicting, never-committed suffix.
@@ -498,41 +583,150 @@ class DurableJournal:
         self._truncate(end)
 
     def deleteEntriesTo(self, entryTo):
-        # After a snapshot: copy the kept suffix's records, byte for byte, into
-        # a new file and swap it in atomically, so a crash leaves either the
-        # old or the new journal (either is consistent with the snapshot: see
-        # raft_node.align_journal_to_snapshot). The copy stays in the kernel:
-        # re-encoding the records in Python took about twice as long
-        # (8.9 MB: 37 -> 17-22 ms), and this runs in the Raft thread.
-        self._wait_for_background()  # it must not sync the fd closed below
-        start = self.offsets[entryTo] if entryTo < len(self.offsets) else self.end
+        # After a snapshot: drop the covered entries now, and the file's prefix in
+        # the journal's worker (_compact_in_worker), off the Raft thread: the copy
+        # and its fsync took 90-160 ms of the loop per snapshot (docs/reliability.md,
+        # B7). Until the swap the file keeps the old prefix, which is consistent with
+        # the snapshot (raft_node.align_journal_to_snapshot drops it at a restart).
+        dropped = self.entries
+        self.entries = dropped[entryTo:]
+        self.offsets = self.offsets[entryTo:]
+        self._request_compaction(dropped)
+
+    def _request_compaction(self, dropped: list | None = None) -> None:
+        """Ask the worker to copy the kept records into a new file, if the file has a
+        prefix to drop. `dropped`, the entries' old list, is freed by the worker too:
+        freeing 100,000 entries took the loop 10-15 ms."""
+        if self.failed is not None or self.fd < 0:
+            return
+        first = self.offsets[0] if len(self.offsets) else self.end
+        if first <= self.base + len(MAGIC) and dropped is None:
+            return
+        with self._sync_state:
+            if first > self.base + len(MAGIC):
+                self._compact_from = first
+            if dropped is not None:
+                self._dropped.append(dropped)
+            self._start_worker()
+            self._sync_state.notify_all()
+
+    def _compact_in_worker(self) -> None:
+        """The worker's part of a compaction: the kept records, as far as written now,
+        copied byte for byte into `<journal>.compact` and synced. Appends go on
+        meanwhile; the loop copies what they added and swaps the file in
+        (_swap_compacted, at its next add)."""
+        state = self._sync_state
+        with state:
+            start, self._compact_from = self._compact_from, None
+            if start is None or self._compacted is not None:
+                return
+            self._compact_busy, self._compact_cancel = True, False
+            copy_end, fd, base = self.end, self.fd, self.base
         tmp = self.path + ".compact"
-        # The copy is synced as a whole (below), so `-F` must sync it too while
-        # it holds an entry owed to the disk.
-        sync = not self.policy.never or self.owed_end > self.synced_end
-        with self._io("compacting", tmp):
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                write_all(out, MAGIC)
-                _copy_range(self.fd, out, start, self.end - start)
-                if sync:
-                    os.fsync(out)
-            finally:
-                os.close(out)
+        out = -1
+        error: OSError | None = None
+        try:
+            out = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            write_all(out, MAGIC)
+            position = start
+            while position < copy_end and not self._compact_cancel:
+                length = min(COMPACT_CHUNK, copy_end - position)
+                _copy_range(fd, out, position - base, length)
+                position += length
+                self._serve_one_sync()  # one asked for meanwhile waits a chunk at most
+            # Synced whatever the policy when it holds an entry owed to the disk (ids):
+            # the rename replaces a file where that entry is on disk.
+            if not self._compact_cancel and (not self.policy.never or self.owed_end > start):
+                os.fsync(out)
+        except OSError as exc:
+            error = exc
+        if (error is not None or self._compact_cancel) and out >= 0:
+            os.close(out)  # before the loop hears the copy is over: it may start the next one
+            _unlink(tmp)
+            out = -1
+        with state:
+            self._compact_busy = False
+            if error is not None:
+                self._fail("compacting", error, tmp)
+            elif not self._compact_cancel:
+                self._compacted = (out, start, copy_end)
+            state.notify_all()
+
+    def _swap_compacted(self) -> None:
+        """The loop's part: copy what was appended since the worker's copy, put the new
+        file in place of the old, and hand the old descriptor and the rename's sync
+        to the worker. Bytes already synced in the old file are synced in the new
+        one before the rename replaces it; bytes written after the swap count as
+        synced only once the rename is (_sync_swap_rename)."""
+        self._wait_for_background()  # no sync of the old descriptor in flight
+        out, start, copy_end = self._compacted
+        self._compacted = None
+        tmp = self.path + ".compact"
+        sync = not self.policy.never or self.owed_end > start
+        try:
+            if self.end > copy_end:
+                _copy_range(self.fd, out, copy_end - self.base, self.end - copy_end)
+                if sync and self.synced_end > copy_end:
+                    os.fdatasync(out)
             os.replace(tmp, self.path)
-            if sync:
-                fsync_dir(self.path)
-            shift = start - len(MAGIC)
-            os.close(self.fd)
-            self.fd = -1
-            self.fd = os.open(self.path, os.O_RDWR)
-            self.entries = self.entries[entryTo:]
-            self.offsets = array("Q", [offset - shift for offset in self.offsets[entryTo:]])
-            self.end -= shift
-            self.allocated = self.end  # the copy has no room ahead: the next add writes it
-            os.lseek(self.fd, self.end, os.SEEK_SET)
+        except OSError:
+            os.close(out)
+            raise
+        old_fd, self.fd = self.fd, out
+        self.base = start - len(MAGIC)
+        self.allocated = self.end  # the copy has no room ahead: the next add writes it
+        os.lseek(self.fd, self.end - self.base, os.SEEK_SET)
+        if sync:
+            self.synced_end = max(self.synced_end, copy_end)
+            self._dir_unsynced = True
+        else:
             self.synced_end = self.end
-            self.owed_end = max(0, self.owed_end - shift)
+        with self._sync_state:
+            self._old_fd = old_fd  # closing it frees the old file's blocks: 20-50 ms
+            self._start_worker()
+            self._sync_state.notify_all()
+        self._request_compaction()  # a snapshot taken during the copy
+
+    def _after_swap(self, old_fd: int) -> None:
+        """The worker's end of a swap: the rename made durable, the old file closed."""
+        error = None
+        try:
+            self._sync_swap_rename()
+        except OSError as exc:
+            error = exc
+        os.close(old_fd)
+        if error is not None:
+            with self._sync_state:
+                self._fail("syncing the directory after compacting", error, os.path.dirname(self.path))
+                self._sync_state.notify_all()
+
+    def _abandon_compaction(self) -> None:
+        """Stop a compaction and forget its copy (a cut or a clear changes what it copied)."""
+        with self._sync_state:
+            self._compact_from = None
+            self._compact_cancel = True
+            while self._compact_busy:
+                self._sync_state.wait(1.0)
+            ready, self._compacted = self._compacted, None
+        if ready is not None:
+            os.close(ready[0])
+            _unlink(self.path + ".compact")
+
+    def settle_compaction(self, timeout: float = 10.0) -> bool:
+        """Wait for a requested compaction to be copied, and swap it in. (For tests and
+        tools; the node swaps at its next add or its one-second timer.)"""
+        deadline = time.monotonic() + timeout
+        with self._sync_state:
+            while (self._compact_from is not None or self._compact_busy) and self.failed is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._sync_state.wait(left)
+        self._check()
+        if self._compacted is not None:
+            with self._io("compacting", self.path + ".compact"):
+                self._swap_compacted()
+        return True
 
     def __getitem__(self, item):
         return self.entries[item]
@@ -541,8 +735,18 @@ class DurableJournal:
         return len(self.entries)
 
     def _destroy(self):
+        try:
+            # A clean close finishes a compaction under way (a restart then reads the
+            # smaller file), but does not wait long for it: the old file is whole.
+            if self._sync_worker is not None and self.failed is None:
+                self.settle_compaction(timeout=CLOSE_COMPACTION_WAIT)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         worker = self._sync_worker
         if worker is not None:
+            self._abandon_compaction()
             with self._sync_state:
                 self._closing = True
                 self._sync_state.notify_all()
@@ -582,8 +786,18 @@ class DurableJournal:
     def onOneSecondTimer(self):
         # pysyncobj's hook for storing metadata once a second: nothing to store
         # (setRaftCommitIndex). The periodic policy's own sync is the tick's.
+        if self._compacted is not None:
+            with self._io("compacting", self.path + ".compact"):
+                self._swap_compacted()
         if not self.policy.durable:
             self.sync()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _reserves_ids(command: bytes) -> bool:

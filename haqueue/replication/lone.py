@@ -216,7 +216,7 @@ class LoneReplica:
         limit = self.config.journal_limit
         writer = self.snapshot_writer
         if (limit is not None and len(journal) >= 2 and writer.may_start()
-                and snapshot.journal_due(journal.end, limit, self.observations.last_snapshot_bytes or 0)):
+                and snapshot.journal_due(journal.size, limit, self.observations.last_snapshot_bytes or 0)):
             last, before = journal[len(journal) - 1], journal[len(journal) - 2]
             if writer.start(self.state, (last, before, ())):
                 self._snapshot_fd = os.pidfd_open(writer.pid)

@@ -70,7 +70,7 @@ class RaftSnapshots:
         if limit is None or not self.writer.may_start():
             return False
         if node.journal is not None:
-            return snapshot.journal_due(node.journal.end, limit, node.observations.last_snapshot_bytes or 0)
+            return snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
         return self.log_bytes > limit
 
     def write(self, _pysyncobj_tmp: str, raft_data) -> None:

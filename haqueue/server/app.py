@@ -249,7 +249,7 @@ class QueueServer:
         replica = self.replica
         self.disk = DiskReserve(loop, options.data_dir, self.limits.disk_reserve, options.journal_limit,
                                 lambda: (replica.observations.last_snapshot_bytes or 0,
-                                         replica.journal.end if replica.journal is not None else 0))
+                                         replica.journal.file_bytes if replica.journal is not None else 0))
         self.disk.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

@@ -296,7 +296,7 @@ class NodeCollector:
                                 "or restored (0 before either).", value=seen.last_snapshot_bytes or 0)
         journal = node_journal(server)
         if journal is not None:
-            yield GaugeMetricFamily("haqueue_journal_bytes", "Size of the Raft journal file.", value=journal.end)
+            yield GaugeMetricFamily("haqueue_journal_bytes", "Size of the Raft journal file.", value=journal.file_bytes)
             yield _histogram("haqueue_journal_fsync_seconds", "Time each fsync of the journal took.",
                              journal.fsync_timer.seconds)
         data_dir = server.options.data_dir

@@ -33,7 +33,7 @@ def assert_ordered(summary):
 def test_put_prints_a_table_and_writes_the_same_figures_as_json(bs, tmp_path):
     out = tmp_path / "put.json"
     before = server_stats(bs)["cmd-put"]
-    result = invoke("--address", f"127.0.0.1:{bs.port}", "--tube", "cli-put", *QUICK,
+    result = invoke("put", "--address", f"127.0.0.1:{bs.port}", "--tube", "cli-put", *QUICK,
                     "--connections", "2", "--json", str(out))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -50,8 +50,8 @@ def test_put_prints_a_table_and_writes_the_same_figures_as_json(bs, tmp_path):
 
 def test_cycle_reports_put_and_end_to_end_latency(bs, tmp_path):
     out = tmp_path / "cycle.json"
-    result = invoke("--address", f"127.0.0.1:{bs.port}", "--tube", "cli-cycle", "--workload",
-                    "cycle", *QUICK, "--json", str(out))
+    result = invoke("cycle", "--address", f"127.0.0.1:{bs.port}", "--tube", "cli-cycle", *QUICK,
+                    "--json", str(out))
     assert result.exit_code == 0, result.output
     assert "cycles/s" in result.output and "put->delete" in result.output
     [run] = json.loads(out.read_text())["runs"]
@@ -61,7 +61,7 @@ def test_cycle_reports_put_and_end_to_end_latency(bs, tmp_path):
 
 def test_compare_runs_both_servers_and_prints_the_ratio(tmp_path):
     out = tmp_path / "compare.json"
-    result = invoke("--compare", "--compare-with", "beanstalkd", *QUICK, "--json", str(out))
+    result = invoke("compare", "--compare-with", "beanstalkd", *QUICK, "--json", str(out))
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].endswith("in memory")
     assert result.output.splitlines()[-1].startswith("beanstalkd/beanstalkd")
@@ -73,7 +73,7 @@ def test_compare_runs_both_servers_and_prints_the_ratio(tmp_path):
 
 def test_memory_benchmark_reports_bytes_per_job(tmp_path):
     out = tmp_path / "memory.json"
-    result = invoke("--memory", "5000", "--server", "beanstalkd", "--json", str(out))
+    result = invoke("memory", "5000", "--server", "beanstalkd", "--json", str(out))
     assert result.exit_code == 0, result.output
     [m] = json.loads(out.read_text())["memory"]
     assert m["jobs"] == 5000 and m["bytes_per_job"] > 0
@@ -82,7 +82,7 @@ def test_memory_benchmark_reports_bytes_per_job(tmp_path):
 
 def test_durable_server_is_started_with_a_write_ahead_log():
     # beanstalkd -f0 fsyncs every put, so keep this run small.
-    result = invoke("--server", "beanstalkd", "--durable", "--jobs", "100", "--warmup", "0",
+    result = invoke("put", "--server", "beanstalkd", "--durable", "--jobs", "100", "--warmup", "0",
                     "--connections", "1")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].endswith("durable (-b DIR -f0)")
@@ -96,7 +96,7 @@ def test_garbage_reply_exits_nonzero_with_one_line_naming_it():
         return b"OUT_OF_MEMORY\r\n" if line.startswith(b"put") else honest_use(line)
 
     with scripted_server(respond) as port:
-        proc = haqueue("--address", f"127.0.0.1:{port}", *QUICK)
+        proc = haqueue("put", "--address", f"127.0.0.1:{port}", *QUICK)
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr == (
@@ -105,6 +105,7 @@ def test_garbage_reply_exits_nonzero_with_one_line_naming_it():
 
 
 def test_unreachable_address_exits_nonzero_with_one_line():
+    # The old spelling (no subcommand: a put run) on purpose: scripts still use it.
     with scripted_server(lambda line, puts: None) as port:
         pass  # the port was just closed: nothing listens there now
     proc = haqueue("--address", f"127.0.0.1:{port}")
@@ -115,22 +116,23 @@ def test_unreachable_address_exits_nonzero_with_one_line():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--address", "nowhere"], "bad address 'nowhere': expected HOST:PORT"),
+        (["put", "--address", "nowhere"], "bad address 'nowhere': expected HOST:PORT"),
+        (["put", "--durable"], "--durable applies to servers bench starts: add --server or --compare"),
+        (["cycle", "--body-size", "8"], "--body-size 8 is too small for cycle"),
+        (["put", "--processes", "3", "--connections", "2"], "--connections 2 is fewer than --processes 3"),
+        (["put", "--tube", "-x"], "bad tube name '-x'"),
+        (["cluster", "nowhere.toml"], "nowhere.toml: no such file"),
+        (["put", "--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json: /nonexistent is"),
+        (["put", "--server-cpus", "x"], "--server-cpus 'x': expected CPU numbers, e.g. 0 or 0,1"),
+        (["compare", "--server-cpus", "4096"], "--server-cpus: this machine has CPUs"),
+        (["put", "--server-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0))))],
+         "--server-cpus: leave at least one CPU for the load generator"),
+        # The old single-command spelling refuses what it always refused.
         (["--memory", "10"], "--memory reads a server's RSS by PID: add --server or --compare"),
-        (["--durable"], "--durable applies to servers bench starts: add --server or --compare"),
         (["--server", "beanstalkd", "--compare"], "--server and --compare exclude each other"),
-        (["--workload", "cycle", "--body-size", "8"], "--body-size 8 is too small for cycle"),
-        (["--processes", "3", "--connections", "2"], "--connections 2 is fewer than --processes 3"),
-        (["--tube", "-x"], "bad tube name '-x'"),
-        (["--cluster", "nowhere.toml"], "nowhere.toml: no such file"),
-        (["--json", "/nonexistent/x.json"], "cannot write /nonexistent/x.json: /nonexistent is"),
         (["--cluster", "c.toml", "--compare", "--durable"],
          "--compare --cluster always runs beanstalkd both in memory and with -f0"),
         (["--cluster", "c.toml", "--server", "beanstalkd"], "--server and --cluster exclude each other"),
-        (["--server-cpus", "x"], "--server-cpus 'x': expected CPU numbers, e.g. 0 or 0,1"),
-        (["--server-cpus", "4096"], "--server-cpus: this machine has CPUs"),
-        (["--server-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0))))],
-         "--server-cpus: leave at least one CPU for the load generator"),
     ],
 )
 def test_bad_options_exit_nonzero_with_one_line(args, message, capsys):
@@ -141,7 +143,7 @@ def test_bad_options_exit_nonzero_with_one_line(args, message, capsys):
 
 
 def test_click_rejects_a_bad_value_in_one_line(capsys):
-    assert main(["bench", "--window", "0"]) == 2
+    assert main(["bench", "put", "--window", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'--window'" in err
 

@@ -31,7 +31,7 @@ def test_cluster_run_goes_to_the_leader_and_every_put_is_counted(cluster, tmp_pa
     out = tmp_path / "cluster.json"
     result = CliRunner().invoke(
         bench,
-        ["--cluster", str(local.config_path), "--jobs", "500", "--warmup", "0", "--json", str(out)],
+        ["cluster", str(local.config_path), "--jobs", "500", "--warmup", "0", "--json", str(out)],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -46,7 +46,7 @@ def test_cluster_run_goes_to_the_leader_and_every_put_is_counted(cluster, tmp_pa
 
 def test_cluster_with_no_leader_fails_in_one_line(tmp_path, capsys):
     config = write_cluster_file(tmp_path / "down.toml")  # nothing runs it
-    assert main(["bench", "--cluster", str(config), "--timeout", "0.5"]) == 1
+    assert main(["bench", "cluster", str(config), "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no single leader after 0.5 s (leading: none)" in err, err
 
@@ -56,7 +56,7 @@ def test_compare_cluster_runs_beanstalkd_in_memory_and_durable_and_the_cluster(c
     out = tmp_path / "compare.json"
     result = CliRunner().invoke(
         bench,
-        ["--compare", "--cluster", str(local.config_path), "--workload", "cycle", "--jobs", "200",
+        ["compare", "--cluster", str(local.config_path), "--workload", "cycle", "--jobs", "200",
          "--warmup", "0", "--json", str(out)],
         catch_exceptions=False,
     )
@@ -75,7 +75,7 @@ def test_flood_runs_against_the_leader_and_reads_its_memory(cluster):
     # The RSS columns are the leader's own: bench finds it by the port it listens on.
     assert listening_pid(leader.client_port) == local.nodes[leader.id].process.pid
     result = CliRunner().invoke(
-        bench, ["--flood", "--cluster", str(local.config_path), "--jobs", "200", "--repeat", "2"],
+        bench, ["flood", "--cluster", str(local.config_path), "--jobs", "200", "--repeat", "2"],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output

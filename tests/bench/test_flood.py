@@ -12,7 +12,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_flood_compares_beanstalkd_and_haqueue_in_one_run():
-    result = bench("--flood", "--compare", "--jobs", "200")
+    result = bench("flood", "--compare", "--jobs", "200")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1].split()[:4] == ["server", "idle", "p50", "idle"]
@@ -24,6 +24,10 @@ def test_flood_compares_beanstalkd_and_haqueue_in_one_run():
 
 
 def test_flood_needs_servers_it_starts():
+    result = bench("flood")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "haqueue: bench flood needs --server KIND or --compare or --cluster CONFIG"
+    # The old spelling, still refused as before.
     result = bench("--flood", "--address", "127.0.0.1:1")
     assert result.returncode == 1
     assert result.stderr.strip() == "haqueue: --flood takes --server, --compare or --cluster, alone"

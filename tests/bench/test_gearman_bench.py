@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("workload", ["submit", "cycle"])
 def test_gearman_bench_compares_gearmand_and_a_haqueue_node_and_writes_json(tmp_path, workload):
     out = tmp_path / "gearman.json"
-    result = CliRunner().invoke(bench, ["--gearman", workload, "--gearman-nodes", "1", "--duration", "0.5",
+    result = CliRunner().invoke(bench, ["gearman", workload, "--nodes", "1", "--duration", "0.5",
                                         "--warmup", "0.2", "--connections", "2", "--producers", "2",
                                         "--consumers", "2", "--json", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -107,7 +107,7 @@ def peers_bench(systems: str, tmp_path, timeout: float) -> tuple[subprocess.Comp
     the table, and the command exits 1; the smoke's claim is the table and the peer's own
     runs, so such a failure is surfaced as a warning, not as the test's failure."""
     out = tmp_path / "peers.json"
-    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "--peers", "--peer-systems", systems,
+    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "peers", "--systems", systems,
                            "--duration", "0.5", "--warmup", "0.2", "--json", str(out)],
                           capture_output=True, text=True, timeout=timeout)
     failures = [line for line in done.stdout.splitlines() if line.startswith("failed: ")]
@@ -154,7 +154,7 @@ def test_bench_peers_prints_a_table_of_haqueue_against_rabbitmq(tmp_path):
 
 @needs_nats
 def test_interrupting_bench_peers_stops_every_server_it_started():
-    bench = subprocess.Popen([sys.executable, "-m", "haqueue", "bench", "--peers", "--peer-systems", "nats",
+    bench = subprocess.Popen([sys.executable, "-m", "haqueue", "bench", "peers", "--systems", "nats",
                               "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: list[psutil.Process] = []
     try:
@@ -178,6 +178,7 @@ def test_interrupting_bench_peers_stops_every_server_it_started():
 
 
 def test_peers_excludes_the_other_modes_in_one_line():
+    # The old spelling: the subcommand has no other modes to exclude.
     done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "--peers", "--compare"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
@@ -186,7 +187,7 @@ def test_peers_excludes_the_other_modes_in_one_line():
 
 def test_a_missing_peer_is_one_line_naming_its_package(monkeypatch):
     monkeypatch.setattr(peer_servers, "nats_path", lambda: None)
-    with pytest.raises(BenchError, match=r"^--peers: nats-server is not installed \(apt-get install nats-server"):
+    with pytest.raises(BenchError, match=r"^bench peers: nats-server is not installed \(apt-get install nats-server"):
         peers.bench_peers(["haqueue-f0", "nats"], 1.0, 0.0, 5.0)
 
 

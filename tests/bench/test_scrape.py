@@ -26,7 +26,7 @@ def test_scrape_bench_sees_every_tube_it_made():
 
 
 def test_bench_scrape_option_prints_one_line():
-    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "--scrape", "20"],
+    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "scrape", "20"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("metrics scrape: 20 tubes,")
@@ -34,6 +34,11 @@ def test_bench_scrape_option_prints_one_line():
 
 
 def test_bench_scrape_refuses_options_it_would_ignore():
+    done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "scrape", "20", "--compare"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "haqueue bench scrape: No such option '--compare'."
+    # The old spelling, still refused as before.
     done = subprocess.run([sys.executable, "-m", "haqueue", "bench", "--scrape", "20", "--compare"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
@@ -44,10 +49,10 @@ def test_on_a_terminal_bench_shows_a_per_second_line_then_the_result(tmp_path):
     from tests.support.terminal import require_tmux, running_tmux
 
     require_tmux()
-    argv = [sys.executable, "-m", "haqueue", "bench", "--scrape", "2000"]
+    argv = [sys.executable, "-m", "haqueue", "bench", "scrape", "2000"]
     # `sleep` keeps the pane (and the result) on screen after bench exits.
     with running_tmux(tmp_path / "tmux", ["sh", "-c", shlex.join(argv) + "; sleep 60"]) as term:
-        term.wait_for(lambda s: "bench --scrape: 0:0" in s, timeout=60, what="progress line")
+        term.wait_for(lambda s: "bench scrape: 0:0" in s, timeout=60, what="progress line")
         screen = term.wait_for(lambda s: "metrics scrape: 2,000 tubes" in s, timeout=120, what="result")
     # The progress line was cleared, not left above the result.
     assert "elapsed" not in screen

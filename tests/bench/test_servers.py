@@ -66,7 +66,7 @@ def test_haqueue_command_is_python_m_haqueue_serve_with_beanstalkd_flags():
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupting_compare_stops_the_servers_it_started(sig):
     bench = subprocess.Popen(
-        [sys.executable, "-m", "haqueue", "bench", "--compare", "--compare-with", "beanstalkd",
+        [sys.executable, "-m", "haqueue", "bench", "compare", "--compare-with", "beanstalkd",
          "--duration", "30", "--warmup", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

@@ -36,11 +36,11 @@ def test_both_servers_start_and_answer_on_a_unix_socket():
 
 
 def test_cli_measures_unix_socket_starts_and_says_so():
-    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--startup", "1", "--unix"],
+    result = CliRunner().invoke(bench, ["startup", "1", "--server", "beanstalkd", "--unix"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("start-up: 1 starts per server, taking turns, in memory, on a Unix socket;")
-    refused = CliRunner().invoke(bench, ["--server", "beanstalkd", "--unix"])
+    refused = CliRunner().invoke(bench, ["--server", "beanstalkd", "--unix"])  # the old spelling
     assert refused.exit_code != 0 and "--unix goes with --startup" in refused.output
 
 
@@ -51,7 +51,7 @@ def test_summary_uses_nearest_rank():
 
 def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
     out = tmp_path / "startup.json"
-    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--startup", "2", "--json", str(out)],
+    result = CliRunner().invoke(bench, ["startup", "2", "--server", "beanstalkd", "--json", str(out)],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -62,7 +62,9 @@ def test_cli_prints_both_times_per_server_and_writes_json(tmp_path):
 
 
 def test_startup_needs_servers_it_starts():
-    result = CliRunner().invoke(bench, ["--address", "127.0.0.1:1", "--startup", "2"])
+    result = CliRunner().invoke(bench, ["startup", "2"])
+    assert result.exit_code == 1 and "bench startup needs --server KIND or --compare" in result.output
+    result = CliRunner().invoke(bench, ["--address", "127.0.0.1:1", "--startup", "2"])  # the old spelling
     assert result.exit_code != 0 and "--startup starts its own servers" in result.output
 
 

@@ -40,7 +40,7 @@ def test_every_kind_of_timer_fires_on_beanstalkd_at_or_after_its_time(bs):
 
 def test_cli_prints_a_row_per_kind_and_writes_json(bs, tmp_path):
     out = tmp_path / "timers.json"
-    result = CliRunner().invoke(bench, ["--address", f"127.0.0.1:{bs.port}", "--timers", "5",
+    result = CliRunner().invoke(bench, ["timers", "5", "--address", f"127.0.0.1:{bs.port}",
                                         "--json", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -52,5 +52,5 @@ def test_cli_prints_a_row_per_kind_and_writes_json(bs, tmp_path):
 
 
 def test_timers_and_memory_are_refused_together():
-    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--timers", "5", "--memory", "10"])
+    result = CliRunner().invoke(bench, ["--server", "beanstalkd", "--timers", "5", "--memory", "10"])  # old spelling
     assert result.exit_code != 0 and "one at a time" in result.output

@@ -23,7 +23,9 @@ import psutil
 import pytest
 
 from haqueue.lab import topology
-from haqueue.lab.chaos import SCENARIOS, SEQUENCES, STORAGE_SCENARIOS, format_report, run_chaos
+from haqueue.lab.report import format_report
+from haqueue.lab.runner import run_chaos
+from haqueue.lab.scenarios import SCENARIOS, SEQUENCES, STORAGE_SCENARIOS
 from haqueue.lab import storage
 from haqueue.lab.lab import NODE_IDS, Lab, wait_for
 from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools

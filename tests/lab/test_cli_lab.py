@@ -49,7 +49,7 @@ def test_a_scenario_list_names_its_unknown_member_in_one_line(capsys, tmp_path):
 
 
 def test_help_names_every_scenario(capsys):
-    from haqueue.lab.chaos import CHOICES
+    from haqueue.lab.scenarios import CHOICES
 
     assert main(["lab", "chaos", "--help"]) == 0
     text = re.sub(r"-\s+", "-", capsys.readouterr().out)  # click wraps lines at hyphens
@@ -94,7 +94,7 @@ def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys
 def test_scenario_counts_plan_that_many_per_round_and_a_bad_count_is_one_line(capsys, tmp_path):
     import random
 
-    from haqueue.lab.chaos import plan
+    from haqueue.lab.runner import plan
 
     faults = plan("kill-leader*5,pause-leader*2", 2, random.Random(3))
     assert sorted(faults) == ["kill-leader"] * 10 + ["pause-leader"] * 4

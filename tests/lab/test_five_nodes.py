@@ -14,7 +14,8 @@ import shutil
 import pytest
 
 from haqueue.lab import storage
-from haqueue.lab.chaos import format_report, run_chaos
+from haqueue.lab.report import format_report
+from haqueue.lab.runner import run_chaos
 from haqueue.lab.lab import Lab, wait_for
 from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
 from tests.lab.test_chaos import SEED, assert_clean, assert_vip_on_the_raft_leader, loop_devices_under

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from haqueue.lab import member_scenarios, members
-from haqueue.lab.chaos import CHOICES, MEMBERSHIP, plan, unknown
+from haqueue.lab.runner import plan, unknown
+from haqueue.lab.scenarios import CHOICES, MEMBERSHIP
 from haqueue.lab.lab import Lab, LabError
 
 

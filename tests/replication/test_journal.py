@@ -58,6 +58,7 @@ def test_truncating_a_suffix_and_compacting_a_prefix(tmp_path):
         j.add(b"c%d" % i, i, 1)
     j.deleteEntriesFrom(7)  # Raft drops a conflicting suffix
     j.deleteEntriesTo(3)  # a snapshot covers the first three
+    assert j.settle_compaction()
     j.add(b"c8'", 8, 2)
     j._destroy()
     j = DurableJournal(path, NEVER)
@@ -133,7 +134,8 @@ def test_truncating_after_a_background_sync_is_durable_and_exact(tmp_path):
     assert j.synced_end == j.end and not j.dirty
     j.add(b"c3'", 3, 2)
     j.sync_in_background()
-    j.deleteEntriesTo(1)  # closes and reopens the file: waits for the worker first
+    j.deleteEntriesTo(1)  # the worker copies once its sync is done
+    assert j.settle_compaction()  # the swap replaces the descriptor: no sync of it in flight
     assert not j.dirty
     j._destroy()
     assert [(e[0], e[1]) for e in DurableJournal(path, NEVER).entries] == [(b"c2", 2), (b"c3'", 3)]
@@ -213,6 +215,7 @@ def test_compacting_keeps_the_suffix_byte_for_byte_and_later_cuts_still_land(tmp
         before = f.read()
     kept_from, end = j.offsets[12], j.end
     j.deleteEntriesTo(12)  # a snapshot covers 1..12
+    assert j.settle_compaction()
     with open(path, "rb") as f:
         # The magic, then the same records (not the zeros written ahead of them).
         assert f.read() == before[:8] + before[kept_from:end]
@@ -230,7 +233,8 @@ def test_compacting_everything_leaves_an_empty_journal(tmp_path):
     for i in range(1, 4):
         j.add(b"c", i, 1)
     j.deleteEntriesTo(3)
-    assert len(j) == 0 and j.end == 8
+    assert j.settle_compaction()
+    assert len(j) == 0 and j.file_bytes == 8
     j.add(b"d", 4, 1)
     j._destroy()
     assert [e[1] for e in DurableJournal(path, NEVER).entries] == [4]

@@ -1,16 +1,13 @@
-"""Fault scenarios against a running lab, under a workload, then a drain and a checked history.
+"""The chaos lab's fault scenarios and their registry.
 
-One chaos run (`run_chaos`):
-1. Wait until the lab is whole (every process up, one serving leader, the VIP
-   on it alone), empty the queue of anything an interrupted earlier run left,
-   start the workload in the client namespace, wait for its first
-   acknowledged put.
-2. For each planned fault: let the load run undisturbed for a random 1-2 s
-   (so faults land at different phases of Raft and keepalived timers), inject
-   the fault, record its time (CLOCK_MONOTONIC, as the workload does) and
-   what was measured, repair, and wait until the lab is whole again.
-3. Stop the workload, drain the queue through the VIP, check the history
-   (checker.py) and report.
+A scenario is a function `(lab, rng) -> fault`: it injects one fault into a whole
+running lab, records when (CLOCK_MONOTONIC, as the workload does: `_fault(name,
+node)` starts the dict) and what it measured, repairs the fault, and leaves the lab
+to recover (runner.py waits until it is whole again). To add one: write the function
+here, add it to SCENARIOS and a line to the list below; put it in STORAGE_SCENARIOS,
+SEQUENCES or CAMPAIGN if it belongs there (tests/lab/test_chaos.py runs every
+scenario in none of them in its process-and-network test). A figure the report
+should print is one more line in report.py's format_report.
 
 Scenarios (each a function of the lab and a seeded random source):
   kill-leader        SIGKILL the leader's haqueue; restart it once a new leader serves
@@ -85,10 +82,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from haqueue.lab import checker, idchecker, member_scenarios, storage, topology
-from haqueue.lab.workload import TTR as workload_ttr
+from haqueue.lab import member_scenarios, storage, topology
 from haqueue.lab.lab import Lab, LabError, wait_for
 
 RECOVERY_TIMEOUT = 30.0
@@ -98,7 +93,7 @@ def _fault(name: str, node: str | None, **extra) -> dict:
     return {"t": round(time.monotonic(), 6), "name": name, "node": node, **extra}
 
 
-def _elapsed(fault: dict) -> float:
+def elapsed(fault: dict) -> float:
     """Seconds since the fault was injected, as the report records them."""
     return round(time.monotonic() - fault["t"], 4)
 
@@ -110,9 +105,9 @@ def _watch_while_held(lab: Lab, leader: str, fault: dict, hold: float, vip: bool
     end = fault["t"] + hold
     new = wait_for(lambda: lab.leader(exclude=leader), max(0.0, end - time.monotonic()), step=0.01)
     if new:
-        fault["elected_s"] = _elapsed(fault)
+        fault["elected_s"] = elapsed(fault)
         if vip and wait_for(lambda: lab.vip_holders() == [new], max(0.0, end - time.monotonic()), step=0.01):
-            fault["vip_moved_s"] = _elapsed(fault)
+            fault["vip_moved_s"] = elapsed(fault)
     time.sleep(max(0.0, end - time.monotonic()))
 
 
@@ -155,7 +150,7 @@ def _partition(lab: Lab, rng: random.Random, name: str, cut) -> dict:
     cut(leader, False)
     try:
         gone = wait_for(lambda: lab.state.vip not in topology.addresses(ns), hold, step=0.01)
-        fault["vip_released_s"] = _elapsed(fault) if gone else None
+        fault["vip_released_s"] = elapsed(fault) if gone else None
         _watch_while_held(lab, leader, fault, hold)
     finally:
         cut(leader, True)
@@ -258,7 +253,7 @@ def _await_storage_death(lab: Lab, node: str, fault: dict) -> None:
         raise LabError(f"{fault.get('name', fault.get('step'))}: {node} still running {NODE_EXIT_TIMEOUT:g} s "
                        f"after the fault "
                        f"(log {lab.log_path(node)}): {lab.describe()}")
-    fault["exited_s"] = _elapsed(fault)
+    fault["exited_s"] = elapsed(fault)
     lab.wait_exit(node)
     fault["exit_code"] = lab.exit_code(node)
     fault["message"] = lab.last_log_line(node)[-300:]
@@ -268,9 +263,9 @@ def _await_new_leader(lab: Lab, old: str, fault: dict) -> None:
     new = wait_for(lambda: lab.leader(exclude=old), RECOVERY_TIMEOUT, step=0.01)
     if new is None:
         raise LabError(f"{fault['name']}: no new leader within {RECOVERY_TIMEOUT:g} s: {lab.describe()}")
-    fault["elected_s"] = _elapsed(fault)
+    fault["elected_s"] = elapsed(fault)
     moved = wait_for(lambda: lab.vip_holders() == [new], RECOVERY_TIMEOUT, step=0.01)
-    fault["vip_moved_s"] = _elapsed(fault) if moved else None
+    fault["vip_moved_s"] = elapsed(fault) if moved else None
 
 
 def _disk_full(lab: Lab, name: str, node: str, leader: str) -> dict:
@@ -361,7 +356,7 @@ def _leaderless(lab: Lab, until: float) -> float:
 
 def _step(lab: Lab, fault: dict, name: str, node: str | None, **extra) -> dict:
     """One step of a sequence, recorded in fault["steps"] with its time from the sequence's start."""
-    step = {"step": name, "node": node, "t": round(time.monotonic(), 6), "at_s": _elapsed(fault), **extra}
+    step = {"step": name, "node": node, "t": round(time.monotonic(), 6), "at_s": elapsed(fault), **extra}
     fault.setdefault("steps", []).append(step)
     return step
 
@@ -519,6 +514,7 @@ def cut_leader_to_follower(lab: Lab, rng: random.Random) -> dict:
     return _cut_leader_and_a_follower(lab, rng, "cut-leader-to-follower", both_ways=False)
 
 
+# The registry: `--scenario` names -> scenarios. `mix`, `all` and `campaign` draw from it.
 SCENARIOS = {
     "kill-leader": kill_leader,
     "pause-leader": pause_leader,
@@ -554,396 +550,3 @@ SEQUENCES = ("sequence-restarts", "sequence-eio")
 # (kill-during-snapshot alternates the two), and the two sequences it reported.
 CAMPAIGN = ("disk-full-leader,disk-full-follower,eio-leader,eio-follower,slowdisk-leader,slowdisk-follower,"
             "kill-during-snapshot*2,sequence-restarts,sequence-eio")
-
-
-def _counted(item: str) -> tuple[str, int]:
-    """"kill-leader*50" -> ("kill-leader", 50); a bare name counts once."""
-    name, star, count = item.partition("*")
-    if star and not (count.isdigit() and int(count) > 0):
-        raise LabError(f"--scenario: {item!r}: the count after * must be a whole number above 0")
-    return name, int(count) if star else 1
-
-
-def unknown(scenario: str) -> list[str]:
-    """The names in a scenario argument (one name, or several joined by commas, each
-    optionally NAME*COUNT) that are not scenarios."""
-    if scenario in CHOICES:
-        return []
-    if scenario == "campaign":
-        return []
-    return [name for name in (_counted(item)[0] for item in scenario.split(","))
-            if name not in SCENARIOS and name not in MEMBERSHIP]
-
-
-def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
-    """The faults to inject: `mix` draws each at random, `all` runs every scenario in turn
-    `runs` times over, and a comma-separated list (a,b*3,c) does the same for those named,
-    each as many times per round as its count; the order within a round is shuffled
-    when a count is given, so 50 kills and 10 pauses interleave."""
-    if scenario == "mix":
-        return [rng.choice(list(SCENARIOS)) for _ in range(runs)]
-    if scenario == "all":
-        return [name for _ in range(runs) for name in SCENARIOS]
-    if scenario == "campaign":
-        return plan(CAMPAIGN, runs, rng)
-    bad = unknown(scenario)
-    if bad:
-        raise LabError(f"unknown scenario {bad[0]!r} (one of: {', '.join(CHOICES)})")
-    counted = [_counted(item) for item in scenario.split(",")]
-    if len(counted) == 1 and counted[0][1] == 1:
-        return [scenario] * runs
-    faults = []
-    for _ in range(runs):
-        round_ = [name for name, count in counted for _ in range(count)]
-        if any(count > 1 for _, count in counted):
-            rng.shuffle(round_)
-        faults += round_
-    return faults
-
-
-def _in_client(lab: Lab, module: str, port: int, history: Path, *args: str) -> list[str]:
-    """`python -m haqueue.lab.MODULE ARGS` in the client namespace, against the VIP's `port`."""
-    return ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", f"haqueue.lab.{module}", *args,
-            "--host", lab.state.vip, "--port", str(port), "--history", str(history)]
-
-
-def _workload(lab: Lab, mode: str, history: Path, *extra: str) -> list[str]:
-    return _in_client(lab, "workload", lab.cluster.client_port, history, mode) + list(extra)
-
-
-def _gearman(lab: Lab, mode: str, history: Path) -> list[str]:
-    return _in_client(lab, "gearmanworkload", lab.cluster.gearman_port, history, mode)
-
-
-def _side_workloads(lab: Lab, out_dir: Path) -> dict[str, tuple[list[str], Path]]:
-    """The workloads that run beside the queue's, for the other protocols on the same log:
-    name -> (its run command, its history). Only those whose port the lab's cluster opens."""
-    side = {}
-    if lab.cluster.id_port:
-        history = out_dir / "ids.jsonl"
-        side["id-workload"] = (_in_client(lab, "idworkload", lab.cluster.id_port, history), history)
-    if lab.cluster.gearman_port:
-        history = out_dir / "gearman.jsonl"
-        side["gearman-workload"] = (_gearman(lab, "run", history), history)
-    return side
-
-
-def _events(history: Path) -> list[dict]:
-    if not history.exists():
-        return []
-    with open(history) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _first_put_ok(history: Path) -> bool:
-    try:
-        with open(history) as f:
-            return any('"type":"ok","f":"put"' in line for line in f)
-    except FileNotFoundError:
-        return False
-
-
-def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | None = None,
-              progress=lambda message: None, max_gap: float | None = None, ballast: int = 0,
-              client_timeout: float | None = None) -> dict:
-    """Run the plan under a workload, drain, check; return the report (see checker.check)."""
-    rng = random.Random(seed)
-    faults_planned = plan(scenario, runs, rng)
-    out_dir = Path(out_dir or lab.dir / "runs" / time.strftime("%Y%m%dT%H%M%S"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    history, drain_history = out_dir / "history.jsonl", out_dir / "drain.jsonl"
-    side = _side_workloads(lab, out_dir)
-    for name in ("workload", "id-workload", "gearman-workload"):
-        if lab.alive(name):
-            # Left by a chaos run that was itself killed: its history is not ours.
-            lab.signal(name, signal.SIGKILL)
-            lab.wait_exit(name)
-    lab.wait_stable(RECOVERY_TIMEOUT)
-    # Jobs an interrupted earlier run left behind are not in this history and
-    # would count as unexpected: take them out first (recorded, not checked).
-    leftover = subprocess.run(_workload(lab, "drain", out_dir / "before.jsonl", "--consumers", "4"),
-                              capture_output=True, text=True, timeout=300)
-    if leftover.returncode != 0:
-        raise LabError(f"could not empty the queue before the run: {leftover.stdout.strip()}")
-    if ballast:
-        # A state as big as a long campaign's (workload.py's ballast tube, in no history).
-        made = subprocess.run(_workload(lab, "ballast", out_dir / "ballast.jsonl", "--jobs", str(ballast)),
-                              capture_output=True, text=True, timeout=600)
-        if made.returncode != 0:
-            raise LabError(f"could not put the ballast: {made.stdout.strip()} {made.stderr.strip()[-300:]}")
-    started = time.monotonic()
-    log_start = {n: _size(lab.log_path(n)) for n in lab.node_ids}
-    log = open(out_dir / "workload.log", "ab")
-    timeout_args = ["--op-timeout", str(client_timeout)] if client_timeout else []
-    workload = subprocess.Popen(_workload(lab, "run", history, *timeout_args), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    lab.track("workload", workload, group=False)
-    # The id service and Gearman ride the same log: their clients use the VIP throughout,
-    # each history checked apart.
-    processes = {"workload": workload}
-    if "gearman-workload" in side:
-        leftover = subprocess.run(_gearman(lab, "drain", out_dir / "gearman-before.jsonl"),
-                                  capture_output=True, text=True, timeout=300)
-        if leftover.returncode != 0:
-            raise LabError(f"could not empty the Gearman queue before the run: {leftover.stdout.strip()}")
-    for name, (command, _) in side.items():
-        processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        lab.track(name, processes[name], group=False)
-    faults: list[dict] = []
-    errors: list[str] = []
-    try:
-        if not wait_for(lambda: _first_put_ok(history), 15):
-            raise LabError(f"the workload acknowledged no put within 15 s (see {out_dir / 'workload.log'})")
-        for i, name in enumerate(faults_planned):
-            time.sleep(rng.uniform(1.0, 2.0))  # undisturbed load between faults: part of the scenario
-            try:
-                fault = (SCENARIOS.get(name) or MEMBERSHIP[name])(lab, rng)
-            except LabError as exc:
-                # Keep what was recorded: the drain and the check still run.
-                errors.append(f"{name} #{i + 1}: {exc}")
-                break
-            try:
-                lab.wait_stable(RECOVERY_TIMEOUT)
-                fault["recovered_s"] = _elapsed(fault)
-            except LabError as exc:
-                fault["recovered_s"] = None
-                errors.append(f"{name} #{i + 1}: {exc}")
-            faults.append(fault)
-            progress(f"{i + 1}/{len(faults_planned)} {name} on {fault['node']}: recovered in "
-                     f"{fault['recovered_s']} s; longest client gap so far {_gap_so_far(history)} s")
-            if fault["recovered_s"] is None:
-                break
-        time.sleep(1.0)  # a last stretch of undisturbed load after the final fault
-    finally:
-        for name, process in processes.items():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            lab.untrack(name)
-        log.close()
-    try:
-        lab.wait_stable(RECOVERY_TIMEOUT)
-    except LabError as exc:
-        errors.append(f"before the drain: {exc}")
-    drain = subprocess.run(_workload(lab, "drain", drain_history), capture_output=True, text=True, timeout=300)
-    if drain.returncode != 0:
-        errors.append(f"drain did not empty the queue: {drain.stdout.strip()} {drain.stderr.strip()[-300:]}")
-    report = checker.check(_events(history) + _events(drain_history), faults, ttr=workload_ttr)
-    if "id-workload" in side:
-        report["ids"] = idchecker.check(_events(side["id-workload"][1]), faults)
-        if not report["ids"]["ok"]:
-            errors.append("the id service's history failed its check (see ids in report.json)")
-    if "gearman-workload" in side:
-        gearman_history = side["gearman-workload"][1]
-        drained = out_dir / "gearman-drain.jsonl"
-        done = subprocess.run(_gearman(lab, "drain", drained), capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            errors.append(f"the Gearman drain did not empty the queue: {done.stdout.strip()}")
-        # The queue's checker judges it: submit = put, grab = reserve, complete = delete (gearmanworkload.py).
-        report["gearman"] = checker.check(_events(gearman_history) + _events(drained), faults)
-        if not report["gearman"]["ok"]:
-            errors.append("the Gearman history failed its check (see gearman in report.json)")
-    report["log_warnings"] = _log_warnings(lab, log_start)
-    for i, fault in enumerate(faults):
-        disk = fault.get("disk") or {}
-        if disk.get("entries_at_risk"):
-            errors.append(f"{fault['name']} on {fault['node']} ({fault.get('moment')}): the journal holds "
-                          f"{disk['entries_at_risk']} entries after the snapshot that a restart drops "
-                          f"(snapshot {disk['snapshot']}, journal {disk['journal']}; copy in {disk['evidence']})")
-        elif disk.get("error"):
-            errors.append(f"{fault['name']} on {fault['node']}: its disk could not be read: {disk['error']} "
-                          f"(copy in {disk.get('evidence')})")
-    for node, found in report["log_warnings"].items():
-        if found.get("truncating already-applied"):
-            errors.append(f"{node} logged 'truncating already-applied log entries' {found['truncating already-applied']}"
-                          f" times: its state may have diverged (see {lab.log_path(node)})")
-    holders = lab.vip_holders()
-    leader = lab.leader()
-    report.update({
-        "scenario": scenario,
-        "runs": runs,
-        "seed": seed,
-        "ballast": ballast,
-        "client_timeout": client_timeout,
-        "plan": faults_planned,
-        "seconds": round(time.monotonic() - started, 1),
-        "errors": errors,
-        "vip_holders": holders,
-        "leader": leader,
-        "history": str(history),
-    })
-    gap = report.get("client_gap", {}).get("gap_s", 0.0)
-    report["max_gap"] = max_gap
-    if max_gap is not None and gap > max_gap:
-        errors.append(f"clients got no acknowledged answer for {gap:.3f} s (over {max_gap:g} s), "
-                      f"from {report['client_gap']['from']} under {report['client_gap']['fault']}")
-    report["ok"] = report["ok"] and not errors and holders == [leader] and leader is not None
-    report["client_gap_by_scenario"] = _by_scenario(report["faults"], "client_gap_s")
-    report["failover_by_scenario"] = _failover_by_scenario(report["faults"])
-    if "faults" in report.get("ids", {}):
-        report["ids"]["failover_by_scenario"] = _failover_by_scenario(report["ids"]["faults"])
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    return report
-
-
-def _failover_by_scenario(faults: list[dict]) -> dict[str, dict]:
-    return _by_scenario(faults, "failover_s")
-
-
-def _by_scenario(faults: list[dict], key: str) -> dict[str, dict]:
-    by_name: dict[str, list[float]] = {}
-    for f in faults:
-        if f.get(key) is not None:
-            by_name.setdefault(f["name"], []).append(f[key])
-    return {name: checker.summary(v) for name, v in sorted(by_name.items())}
-
-
-def _gap_so_far(history: Path) -> float:
-    """The run's longest client-visible gap up to now (for the progress line)."""
-    return checker.answer_gap(checker.pair_ops(_events(history)))["gap_s"]
-
-
-# Node log lines worth counting per run: the first is a violation (pysyncobj cut entries
-# the node had applied); the second means a restarted node found its snapshot's commit
-# index beyond its journal (kill-during-snapshot's disk view says whether entries were lost).
-LOG_WARNINGS = ("truncating already-applied", "exceeds journal end")
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _log_warnings(lab: Lab, start: dict[str, int]) -> dict[str, dict[str, int]]:
-    found: dict[str, dict[str, int]] = {}
-    # Every node that logged: also one a membership change added and removed during the run.
-    logged = {p.stem for p in (lab.dir / "logs").glob("n*.log")}
-    for node in sorted(set(start) | set(lab.node_ids) | logged):
-        try:
-            with open(lab.log_path(node), "rb") as f:
-                f.seek(start.get(node, 0))
-                text = f.read().decode(errors="replace")
-        except FileNotFoundError:
-            continue
-        counts = {w: text.count(w) for w in LOG_WARNINGS if w in text}
-        if counts:
-            found[node] = counts
-    return found
-
-
-def format_report(report: dict) -> str:
-    """The summary table printed by `haqueue lab chaos`."""
-    c = report["counts"]
-    lines = [
-        f"scenario {report['scenario']}, {len(report['faults'])} faults, seed {report['seed']}, "
-        f"{report['seconds']} s, {c['operations']} operations",
-        f"  puts: {c['puts_ok']} acknowledged, {c['puts_failed']} failed, {c['puts_unknown']} unknown "
-        f"({c['puts_unknown_landed']} landed); deliveries {c['deliveries']}, drained {c['drained']}, "
-        f"remaining {c['remaining']}",
-        f"  lost {c['lost']}   unexpected {c['unexpected']}   double reservations {c['double_reservations']}   "
-        f"duplicated {c['duplicated']} (after orphan release {c['duplicated_after_orphan']}, "
-        f"after timeout {c['duplicated_after_timeout']}, unexplained {c['duplicated_unexplained']})",
-        "  failover (first failed op -> first acknowledged put), seconds:",
-        f"    {'scenario':<18} {'n':>3} {'median':>8} {'p99':>8} {'max':>8}",
-    ]
-
-    def row(name: str, s: dict) -> str:
-        def fmt(v):
-            return f"{v:8.3f}" if v is not None else f"{'-':>8}"
-        return f"    {name:<18} {s['n']:>3} {fmt(s['median'])} {fmt(s['p99'])} {fmt(s['max'])}"
-
-    for name, s in report["failover_by_scenario"].items():
-        lines.append(row(name, s))
-    lines.append(row("all", report["failover"]))
-    gap = report.get("client_gap")
-    if gap:
-        lines.append(f"  client-visible gap (longest time with no acknowledged answer through the VIP): "
-                     f"{gap['gap_s']:.3f} s, under {gap.get('fault') or 'no fault'}"
-                     + (f" (limit {report['max_gap']:g} s)" if report.get("max_gap") is not None else ""))
-        lines.append(f"    {'scenario':<18} {'n':>3} {'median':>8} {'p99':>8} {'max':>8}")
-        for name, s in report.get("client_gap_by_scenario", {}).items():
-            lines.append(row(name, s))
-    for f in report["faults"]:
-        for step in f.get("steps", ()):
-            lines.append(f"  {f['name']} +{step['at_s']:.1f} s {step['step']} on {step['node']}: a leader served "
-                         f"after {step.get('leader_after_s')} s, the VIP on it after {step.get('vip_after_s')} s"
-                         + (f", no leader for {step['leaderless_s']} s during it" if "leaderless_s" in step else ""))
-    for name in ("slowdisk-leader", "slowdisk-follower"):
-        hit = [f for f in report["faults"] if f["name"] == name]
-        if hit:
-            lines.append(f"  {name}: longest time without a serving leader during the slow disk: "
-                         f"max {max(f.get('leaderless_s', 0) for f in hit):.3f} s over {len(hit)} faults")
-    for name in ("partition-leader", "isolate-leader"):
-        released = [f["vip_released_s"] for f in report["faults"]
-                    if f["name"] == name and f.get("vip_released_s") is not None]
-        if released:
-            s = checker.summary(released)
-            lines.append(f"  {name}: the old leader released the VIP after median {s['median']:.3f} s, "
-                         f"max {s['max']:.3f} s")
-    for name in ("cut-follower", "cut-leader-to-follower"):
-        cuts = [f for f in report["faults"] if f["name"] == name]
-        if cuts:
-            kept = sum(1 for f in cuts if f.get("leader_kept"))
-            lines.append(f"  {name}: the leader kept leading at its term through {kept} of {len(cuts)} cuts")
-    for name in ("disk-full-leader", "disk-full-follower", "eio-leader", "eio-follower"):
-        hit = [f for f in report["faults"] if f["name"] == name and f.get("exited_s") is not None]
-        if hit:
-            s = checker.summary([f["exited_s"] for f in hit])
-            codes = sorted({f.get("exit_code") for f in hit}, key=str)
-            lines.append(f"  {name}: the node exited on its own after median {s['median']:.3f} s, "
-                         f"max {s['max']:.3f} s, status {codes}; e.g. {hit[-1].get('message', '')!r}")
-    for name in FOLLOWER_FAULTS:
-        hit = [f for f in report["faults"] if f["name"] == name]
-        if hit:
-            quiet = sum(1 for f in hit if f.get("failed_ops") == 0)
-            lines.append(f"  {name}: clients saw no failed operation through {quiet} of {len(hit)} faults")
-    stalls = [f for f in report["faults"] if f["name"] == "stall-fsync-leader"]
-    if stalls:
-        elected = [f for f in stalls if f.get("elected_s") is not None]
-        moved = [f for f in stalls if f.get("vip_moved_s") is not None]
-        lines.append(f"  stall-fsync-leader: another node was elected during {len(elected)} of {len(stalls)} stalls"
-                     f"{' (median %.3f s)' % checker.summary([f['elected_s'] for f in elected])['median'] if elected else ''}"
-                     f"; the VIP moved to it during {len(moved)}")
-    snaps = [f for f in report["faults"] if f["name"] == "kill-during-snapshot"]
-    if snaps:
-        running = sum(1 for f in snaps if f.get("writer_killed_mid_write"))
-        lines.append(f"  kill-during-snapshot: {len(snaps)} kills ("
-                     f"{sum(1 for f in snaps if f.get('moment') == 'writing')} while writing, "
-                     f"{sum(1 for f in snaps if f.get('moment') == 'renamed')} just after the rename; "
-                     f"{sum(1 for f in snaps if f['node'] == f.get('leader'))} of the leader), "
-                     f"the writer killed before its rename at {running}")
-    if snaps:
-        viewed = [f.get("disk") or {} for f in snaps]
-        lines.append(f"  kill-during-snapshot: disk left by the kill read back {sum(1 for v in viewed if v and not v.get('error'))}"
-                     f" of {len(snaps)} times; journal entries a restart would drop: "
-                     f"{sum(v.get('entries_at_risk', 0) for v in viewed)}")
-    gearman = report.get("gearman")
-    if gearman:
-        g = gearman["counts"]
-        lines.append(f"  gearman: {g['puts_ok']} background jobs acknowledged, {g['deliveries']} assigned, "
-                     f"drained {g['drained']}; lost {g['lost']}, unexpected {g['unexpected']}, "
-                     f"assigned to two live workers {g['double_reservations']}, "
-                     f"worked again after a completion {g['duplicated_unexplained']}")
-    ids = report.get("ids")
-    if ids:
-        lines.append(f"  ids: {ids['acknowledged']} acknowledged, {ids['failed']} refused, {ids['unknown']} unanswered;"
-                     f" duplicates {ids['duplicates']}, monotonicity violations {ids['monotonicity_violations']}")
-        if ids.get("failover", {}).get("n"):
-            lines.append("  ids failover (first failed request -> first id acknowledged), seconds:")
-            for name, s in ids["failover_by_scenario"].items():
-                lines.append(row(name, s))
-            lines.append(row("all", ids["failover"]))
-    for node, found in sorted(report.get("log_warnings", {}).items()):
-        lines.append(f"  {node} log: " + ", ".join(f"{w!r} x{n}" for w, n in sorted(found.items())))
-    lines += member_scenarios.report_lines(report["faults"])
-    lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
-    for error in report["errors"]:
-        lines.append(f"  error: {error}")
-    lines.append("  verdict: " + ("PASS" if report["ok"] else "FAIL"))
-    return "\n".join(lines)
