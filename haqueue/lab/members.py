@@ -73,6 +73,9 @@ def reload_keepalived(lab: Lab) -> dict:
     last, as docs/operations.md's runbook says; then watch the VIP for VIP_WATCH seconds.
     Returns the nodes reloaded in order, and whether the VIP stayed on one node throughout."""
     lab.render_keepalived()
+    # From a settled VIP (on the serving leader alone), so a move the change itself caused
+    # (a removed leader's) is not counted as the reload's.
+    wait_for(lambda: (leader := lab.leader()) is not None and lab.vip_holders() == [leader], CHANGE_TIMEOUT)
     holders = lab.vip_holders()
     order = sorted((n for n in lab.node_ids if lab.alive(f"keepalived-{n}")), key=lambda n: n in holders)
     for node_id in order:
