@@ -99,9 +99,13 @@ def _names(spec, members: list[str]) -> str:
 @click.option("--priority", type=click.IntRange(1, 254), default=None,
               help="Its VRRP priority (default: below every node's).")
 @click.option("--interface", default=None, help="Its VRRP interface (default: the first node's).")
+@click.option("--client-port", type=click.IntRange(1, 65535), default=None, help="Its own client port.")
+@click.option("--raft-port", type=click.IntRange(1, 65535), default=None, help="Its own Raft port.")
+@click.option("--admin-port", type=click.IntRange(1, 65535), default=None, help="Its own admin port.")
 @click.option("--write", is_flag=True, help="Replace FILE (default: write FILE's name with .new beside it).")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the commit.")
-def add_node(config_path, node_id, address, priority, interface, write, timeout) -> None:
+def add_node(config_path, node_id, address, priority, interface, client_port, raft_port, admin_port, write,
+             timeout) -> None:
     """Add a node to the Raft group online, then write the new cluster file.
 
     Start the new node afterwards with `haqueue serve --config NEWFILE --node ID -b DIR`
@@ -116,8 +120,10 @@ def add_node(config_path, node_id, address, priority, interface, write, timeout)
         if known is not None and known.address == address:
             new_text, new_spec = text, spec  # named already (a second try): only the Raft change is left
         else:
+            ports = {key: port for key, port in (("client_port", client_port), ("raft_port", raft_port),
+                                                 ("admin_port", admin_port)) if port is not None}
             new_text, new_spec = cluster_edit.with_node(spec, text, node_id, address, priority=priority,
-                                                        interface=interface)
+                                                        interface=interface, ports=ports)
     except ClusterFileError as exc:
         raise HaqueueError(str(exc)) from None
     member = new_spec.node(node_id)

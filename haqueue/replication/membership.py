@@ -176,22 +176,30 @@ class MembershipMixin:
         else:
             self.removeNodeFromCluster(address, callback=committed)
 
-    def hand_off(self) -> str:
-        """Give up leadership to the follower that holds this leader's whole log;
-        its Raft address. Raises MembershipRefused if no follower is up to date."""
+    def hand_off(self, whole_log: bool = True) -> str:
+        """Give up leadership to the follower that holds this leader's whole log (or,
+        with `whole_log` False, the most of it); its Raft address. Raises
+        MembershipRefused if there is no such follower now (under load, entries are
+        always in flight: the caller tries again for a moment, server/membership_http.py).
+        Handing off to a follower that lacks the last entries is still safe: every
+        committed entry is on a majority, and Raft's vote rule elects only a node
+        that holds them; only the entries not yet committed may be cut, and their
+        clients, closed with this leadership, were never answered."""
         if not self._isLeader():
             raise MembershipRefused("this node is not the leader")
         last = self._SyncObj__getCurrentLogIndex()
         match = self._SyncObj__raftMatchIndex
         connected = self.transport.peers_up if self.transport is not None else set()
-        ready = sorted((n for n in self._SyncObj__otherNodes if n in connected and match.get(n, 0) >= last),
-                       key=lambda n: n.address)
-        if not ready:
+        candidates = [n for n in self._SyncObj__otherNodes if n in connected]
+        if whole_log:
+            candidates = [n for n in candidates if match.get(n, 0) >= last]
+        if not candidates:
             raise MembershipRefused("no follower holds this leader's whole log yet: retry in a moment")
-        target = ready[0]
+        target = max(candidates, key=lambda n: (match.get(n, 0), n.address))
         term = self.raftCurrentTerm
-        events.record("leadership_hand_off", "handing leadership of term %d to %s", term, target.address,
-                      term=term, to=target.address)
+        behind = last - match.get(target, 0)
+        events.record("leadership_hand_off", "handing leadership of term %d to %s (%d entries behind)", term,
+                      target.address, behind, term=term, to=target.address, behind=behind)
         # A follower of the same term: not step_down(), which forgets this term's
         # vote (its own), and a node must never vote twice in one term.
         self.stepdown_reason = f"handing leadership to {target.address}"

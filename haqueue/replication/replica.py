@@ -206,9 +206,10 @@ class Replica:
         committed (None) or failed; raises membership.MembershipRefused at once."""
         self._raft.change(op, address, done)
 
-    def hand_off(self) -> str:
-        """On the leader: give leadership to an up-to-date follower; its Raft address."""
-        return self._raft.hand_off()
+    def hand_off(self, whole_log: bool = True) -> str:
+        """On the leader: give leadership to a follower holding its whole log (or, not
+        `whole_log`, the most of it); its Raft address (membership.py)."""
+        return self._raft.hand_off(whole_log)
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:
