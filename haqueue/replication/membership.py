@@ -113,8 +113,18 @@ class MembershipMixin:
             events.record("membership", "membership: %s %s (%s); members now %s",
                           "added" if added else "removed", address, how, ", ".join(self.members()),
                           node=address, change="add" if added else "remove", undone=bool(reverse),
-                          members=self.members())
+                          members=self.members(), at=self._SyncObj__selfNode.address)
         return changed
+
+    def _SyncObj__doApplyCommand(self, command):
+        # pysyncobj applies a membership entry a second time once it is committed
+        # ("required only after node restarts": adopt_logged_changes does that).
+        # A follower that appended "add X" and "remove X" in one batch re-added X
+        # when applying the first, a member again until the second was applied.
+        # A change is in force from its append on; applying it changes nothing.
+        if command[0] == MEMBERSHIP_TYPE:
+            return None
+        return super()._SyncObj__doApplyCommand(command)
 
     def _SyncObj__updateClusterConfiguration(self, newNodes):
         super()._SyncObj__updateClusterConfiguration(newNodes)

@@ -187,3 +187,24 @@ def test_a_snapshot_holds_the_group_of_its_last_entry_not_a_change_appended_afte
         assert "127.0.0.1:1" in leader.members()
         group = {node.address for node in leader.group_at_snapshot(raft_data)[2]}
         assert group == {n.selfNode.address for n in cluster.nodes}
+
+
+def test_a_follower_that_appends_an_add_and_its_removal_together_never_re_adds_the_node():
+    from haqueue import events
+
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        late = cluster.followers()[0]
+        cluster.paused.add(late)  # it hears both changes in one batch when it is back
+        ghost = _join(cluster).selfNode.address  # it answers: with `late` away, 3 of 4 need it
+        events.clear()
+        assert _change(cluster, leader, ADD, ghost) is None
+        assert _change(cluster, leader, REMOVE, ghost) is None
+        cluster.paused.discard(late)
+        cluster.run_until(lambda: late.raftLastApplied >= leader.raftCommitIndex, seconds=2.0,
+                          what="the late follower caught up")
+        seen = [(e["change"], e["undone"]) for e in events.recent()
+                if e.get("event") == "membership" and e.get("at") == late.selfNode.address and e["node"] == ghost]
+        assert seen == [("add", False), ("remove", False)]
+        assert late.members() == leader.members() and ghost not in late.members()
