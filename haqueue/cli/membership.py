@@ -22,6 +22,7 @@ from haqueue.cli.options import config_option
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 RETRY = 0.2  # seconds between looks for a leader
+LISTED = 10  # node recover: the first and the last this many entries that may not have been committed
 
 
 def post_membership(member, token: str | None, request: dict, timeout: float) -> tuple[int, dict]:
@@ -218,9 +219,17 @@ def recover(config_path, node_id, data_dir, force_new_cluster, yes, write) -> No
     click.echo(f"{node_id}: last entry {found.last_index} (term {found.last_term}); "
                f"known committed through {found.committed}")
     if found.uncommitted:
-        click.echo(f"{len(found.uncommitted)} entries may not have been committed (they will be now):")
-        for index, term, what in found.uncommitted:
-            click.echo(f"  {index} (term {term}): {what}")
+        click.echo(f"{len(found.uncommitted)} entries may not have been committed (they will be now; the stored "
+                   f"commit index lags, so many of them were):")
+        shown = found.uncommitted
+        if len(shown) > 2 * LISTED:
+            shown = shown[:LISTED] + [None] + shown[-LISTED:]
+        for item in shown:
+            if item is None:
+                click.echo(f"  ... {len(found.uncommitted) - 2 * LISTED} more ...")
+            else:
+                index, term, what = item
+                click.echo(f"  {index} (term {term}): {what}")
     else:
         click.echo("every entry it holds is known to be committed")
     names = {n.raft_endpoint: n.id for n in spec.nodes}
