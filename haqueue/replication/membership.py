@@ -87,7 +87,9 @@ class MembershipMixin:
         """Apply every membership change in the log past index `after` (module docstring)."""
         self._adopting = True
         try:
-            for command, idx, _term in list(self._SyncObj__raftLog):
+            log = self._SyncObj__raftLog
+            for position in range(len(log)):
+                command, idx, _term = log[position]
                 if idx <= after:
                     continue
                 request = _request_of(command)
@@ -139,7 +141,9 @@ class MembershipMixin:
         would come back from the snapshot at the next start. Undo those here."""
         last_index = raft_data[0][1]
         group = set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
-        for command, idx, _term in reversed(list(self._SyncObj__raftLog)):
+        log = self._SyncObj__raftLog
+        for position in range(len(log) - 1, -1, -1):  # from the end: no copy of a long log
+            command, idx, _term = log[position]
             if idx <= last_index:
                 break
             request = _request_of(command)

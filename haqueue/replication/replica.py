@@ -81,11 +81,13 @@ class ReplicaLike(Protocol):
     def follower_lag(self) -> dict[str, dict]: ...
 
 
-def preload(has_partners: bool) -> None:
+def preload(has_partners: bool, data_dir: str | None = None) -> None:
     """Import what `open_replica` will need now: `serve -u` drops privileges
     before the replica opens, and the new user may not be able to read the
     interpreter's files (a Python installed under /root)."""
-    if has_partners:
+    from haqueue.replication.member_dir import is_member_dir
+
+    if has_partners or is_member_dir(data_dir):  # a member alone still runs Raft (open_replica)
         import haqueue.replication.raft_node  # noqa: F401
     else:
         import haqueue.replication.lone  # noqa: F401
