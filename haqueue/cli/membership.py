@@ -259,3 +259,28 @@ def _members_of(member, token: str | None) -> list[str]:
         return list(admin_client.status(member.address, member.admin_port, 1.0, token=token).get("members", []))
     except (OSError, ValueError):
         return []
+
+
+@click.command("members")
+@config_option
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to look for the leader.")
+def members(config_path, timeout) -> None:
+    """The Raft members as the leader knows them, beside the file's nodes.
+
+    One line per node: id (or -), Raft address, and whether the leader and FILE agree
+    on it. Exit status 0 when they agree, 1 when they differ (deploy the newest file)."""
+    spec = load_cluster_file(config_path)
+    leader = find_leader(spec, time.monotonic() + timeout)
+    known = _members_of(leader, spec.admin_token)
+    if not known:
+        raise HaqueueError(f"{leader.id} did not say its members (an older haqueue, or a lone node)")
+    in_file = {n.raft_endpoint: n.id for n in spec.nodes}
+    rows = [(in_file.get(a, "-"), a, "member, in the file" if a in in_file else "member, NOT in the file")
+            for a in known]
+    rows += [(node_id, a, "in the file, NOT a member") for a, node_id in in_file.items() if a not in known]
+    from haqueue.cli.cluster import align
+
+    for line in align([["node", "raft", "state"], *[list(r) for r in rows]]):
+        click.echo(line)
+    if set(known) != set(in_file):
+        raise click.exceptions.Exit(1)

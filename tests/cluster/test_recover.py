@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cluster.clients import client_for
 from tests.cluster.convergence import wait_converged
 from tests.cluster.test_membership import add_node, haqueue, wait_members
@@ -10,6 +12,7 @@ from tests.cluster.test_membership import add_node, haqueue, wait_members
 LEADER_TIMEOUT = 15.0
 
 
+@pytest.mark.slow
 def test_survivor_of_a_lost_majority_serves_alone_then_grows_back_to_three(make_cluster):
     cluster = make_cluster(["-f0"])
     leader = cluster.leader()
