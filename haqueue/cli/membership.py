@@ -69,6 +69,7 @@ def change(spec, op: str, node_id: str, raft_address: str, timeout: float) -> li
     request = {"op": op, "id": node_id, "address": raft_address}
     prefer = None
     exclude = None
+    sent = False  # a request may have reached a leader: a retry may find the change made
     while True:
         leader = find_leader(spec, deadline, exclude=exclude, prefer=prefer)
         try:
@@ -77,6 +78,11 @@ def change(spec, op: str, node_id: str, raft_address: str, timeout: float) -> li
             status, answer = 503, {"error": str(exc)}
         if status == 200:
             return list(answer.get("members", []))
+        if status == 409 and sent:
+            members = _members_of(leader, spec.admin_token)
+            if members and (raft_address in members) == (op == "add"):
+                return members  # an earlier try, whose answer was lost, made it
+        sent = sent or "handed_off_to" not in answer
         if status == 503 and time.monotonic() < deadline:
             if answer.get("handed_off_to"):
                 exclude = leader.id  # it stepped down to be removed: ask the new leader
