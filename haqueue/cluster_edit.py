@@ -37,14 +37,16 @@ def default_priority(cluster: Cluster) -> int:
 
 
 def with_node(cluster: Cluster, text: str, node_id: str, address: str, *, priority: int | None = None,
-              interface: str | None = None) -> tuple[str, Cluster]:
-    """(the file's text with one more [[nodes]] table, its validated Cluster)."""
+              interface: str | None = None, ports: dict[str, int] | None = None) -> tuple[str, Cluster]:
+    """(the file's text with one more [[nodes]] table, its validated Cluster); `ports`:
+    the node's own client_port, raft_port, admin_port where they differ from the cluster's."""
     if any(n.id == node_id for n in cluster.nodes):
         raise ClusterFileError(f"{cluster.source}: node {node_id!r} is already in the file")
     priority = default_priority(cluster) if priority is None else priority
     interface = interface or cluster.nodes[0].interface
     block = ["", "[[nodes]]", f"id = {_quote(node_id)}", f"address = {_quote(address)}",
-             f"interface = {_quote(interface)}", f"priority = {priority}", ""]
+             f"interface = {_quote(interface)}", f"priority = {priority}",
+             *(f"{key} = {int(port)}" for key, port in sorted((ports or {}).items())), ""]
     new_text = text.rstrip("\n") + "\n" + "\n".join(block)
     return new_text, parse_cluster(new_text, source=cluster.source)
 

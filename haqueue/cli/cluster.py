@@ -86,10 +86,11 @@ def align(rows: list[list]) -> list[str]:
 
 def _membership_commands() -> None:
     # add-node, remove-node: their own module (cli/membership.py)
-    from haqueue.cli.membership import add_node, remove_node
+    from haqueue.cli.membership import add_node, members, remove_node
 
     cluster.add_command(add_node)
     cluster.add_command(remove_node)
+    cluster.add_command(members)
 
 
 _membership_commands()

@@ -22,6 +22,7 @@ from haqueue.cli.options import config_option
 from haqueue.cli.user_errors import HaqueueError, load_cluster_file
 
 RETRY = 0.2  # seconds between looks for a leader
+LISTED = 10  # node recover: the first and the last this many entries that may not have been committed
 
 
 def post_membership(member, token: str | None, request: dict, timeout: float) -> tuple[int, dict]:
@@ -68,6 +69,7 @@ def change(spec, op: str, node_id: str, raft_address: str, timeout: float) -> li
     request = {"op": op, "id": node_id, "address": raft_address}
     prefer = None
     exclude = None
+    sent = False  # a request may have reached a leader: a retry may find the change made
     while True:
         leader = find_leader(spec, deadline, exclude=exclude, prefer=prefer)
         try:
@@ -76,6 +78,11 @@ def change(spec, op: str, node_id: str, raft_address: str, timeout: float) -> li
             status, answer = 503, {"error": str(exc)}
         if status == 200:
             return list(answer.get("members", []))
+        if status == 409 and sent:
+            members = _members_of(leader, spec.admin_token)
+            if members and (raft_address in members) == (op == "add"):
+                return members  # an earlier try, whose answer was lost, made it
+        sent = sent or "handed_off_to" not in answer
         if status == 503 and time.monotonic() < deadline:
             if answer.get("handed_off_to"):
                 exclude = leader.id  # it stepped down to be removed: ask the new leader
@@ -99,9 +106,13 @@ def _names(spec, members: list[str]) -> str:
 @click.option("--priority", type=click.IntRange(1, 254), default=None,
               help="Its VRRP priority (default: below every node's).")
 @click.option("--interface", default=None, help="Its VRRP interface (default: the first node's).")
+@click.option("--client-port", type=click.IntRange(1, 65535), default=None, help="Its own client port.")
+@click.option("--raft-port", type=click.IntRange(1, 65535), default=None, help="Its own Raft port.")
+@click.option("--admin-port", type=click.IntRange(1, 65535), default=None, help="Its own admin port.")
 @click.option("--write", is_flag=True, help="Replace FILE (default: write FILE's name with .new beside it).")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the commit.")
-def add_node(config_path, node_id, address, priority, interface, write, timeout) -> None:
+def add_node(config_path, node_id, address, priority, interface, client_port, raft_port, admin_port, write,
+             timeout) -> None:
     """Add a node to the Raft group online, then write the new cluster file.
 
     Start the new node afterwards with `haqueue serve --config NEWFILE --node ID -b DIR`
@@ -116,8 +127,10 @@ def add_node(config_path, node_id, address, priority, interface, write, timeout)
         if known is not None and known.address == address:
             new_text, new_spec = text, spec  # named already (a second try): only the Raft change is left
         else:
+            ports = {key: port for key, port in (("client_port", client_port), ("raft_port", raft_port),
+                                                 ("admin_port", admin_port)) if port is not None}
             new_text, new_spec = cluster_edit.with_node(spec, text, node_id, address, priority=priority,
-                                                        interface=interface)
+                                                        interface=interface, ports=ports)
     except ClusterFileError as exc:
         raise HaqueueError(str(exc)) from None
     member = new_spec.node(node_id)
@@ -212,9 +225,17 @@ def recover(config_path, node_id, data_dir, force_new_cluster, yes, write) -> No
     click.echo(f"{node_id}: last entry {found.last_index} (term {found.last_term}); "
                f"known committed through {found.committed}")
     if found.uncommitted:
-        click.echo(f"{len(found.uncommitted)} entries may not have been committed (they will be now):")
-        for index, term, what in found.uncommitted:
-            click.echo(f"  {index} (term {term}): {what}")
+        click.echo(f"{len(found.uncommitted)} entries may not have been committed (they will be now; the stored "
+                   f"commit index lags, so many of them were):")
+        shown = found.uncommitted
+        if len(shown) > 2 * LISTED:
+            shown = shown[:LISTED] + [None] + shown[-LISTED:]
+        for item in shown:
+            if item is None:
+                click.echo(f"  ... {len(found.uncommitted) - 2 * LISTED} more ...")
+            else:
+                index, term, what = item
+                click.echo(f"  {index} (term {term}): {what}")
     else:
         click.echo("every entry it holds is known to be committed")
     names = {n.raft_endpoint: n.id for n in spec.nodes}
@@ -244,3 +265,28 @@ def _members_of(member, token: str | None) -> list[str]:
         return list(admin_client.status(member.address, member.admin_port, 1.0, token=token).get("members", []))
     except (OSError, ValueError):
         return []
+
+
+@click.command("members")
+@config_option
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to look for the leader.")
+def members(config_path, timeout) -> None:
+    """The Raft members as the leader knows them, beside the file's nodes.
+
+    One line per node: id (or -), Raft address, and whether the leader and FILE agree
+    on it. Exit status 0 when they agree, 1 when they differ (deploy the newest file)."""
+    spec = load_cluster_file(config_path)
+    leader = find_leader(spec, time.monotonic() + timeout)
+    known = _members_of(leader, spec.admin_token)
+    if not known:
+        raise HaqueueError(f"{leader.id} did not say its members (an older haqueue, or a lone node)")
+    in_file = {n.raft_endpoint: n.id for n in spec.nodes}
+    rows = [(in_file.get(a, "-"), a, "member, in the file" if a in in_file else "member, NOT in the file")
+            for a in known]
+    rows += [(node_id, a, "in the file, NOT a member") for a, node_id in in_file.items() if a not in known]
+    from haqueue.cli.cluster import align
+
+    for line in align([["node", "raft", "state"], *[list(r) for r in rows]]):
+        click.echo(line)
+    if set(known) != set(in_file):
+        raise click.exceptions.Exit(1)

@@ -15,13 +15,19 @@ MEMBER_FILE = "raft.member"
 
 
 def mark_member(data_dir: str | None) -> None:
-    """Leave the mark (a Raft node does at every start with -b DIR)."""
+    """Leave the mark (a Raft node does at every start with -b DIR), synced: a group
+    of one that lost it to a power cut would start as a lone node, which cannot grow."""
+    from haqueue.replication.journal import JournalError, write_atomically
+
     if data_dir is None:
         return
     path = os.path.join(data_dir, MEMBER_FILE)
     if not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write("a Raft member's data directory (haqueue/replication/member_dir.py)\n")
+        try:
+            write_atomically(path, b"a Raft member's data directory (haqueue/replication/member_dir.py)\n",
+                             sync=True)
+        except OSError as exc:  # storage errors are fatal: one line at start (replica.startup_errors)
+            raise JournalError(f"{path}: cannot write it: {exc.strerror or exc}") from None
 
 
 def is_member_dir(data_dir: str | None) -> bool:

@@ -87,7 +87,9 @@ class MembershipMixin:
         """Apply every membership change in the log past index `after` (module docstring)."""
         self._adopting = True
         try:
-            for command, idx, _term in list(self._SyncObj__raftLog):
+            log = self._SyncObj__raftLog
+            for position in range(len(log)):
+                command, idx, _term = log[position]
                 if idx <= after:
                     continue
                 request = _request_of(command)
@@ -113,8 +115,18 @@ class MembershipMixin:
             events.record("membership", "membership: %s %s (%s); members now %s",
                           "added" if added else "removed", address, how, ", ".join(self.members()),
                           node=address, change="add" if added else "remove", undone=bool(reverse),
-                          members=self.members())
+                          members=self.members(), at=self._SyncObj__selfNode.address)
         return changed
+
+    def _SyncObj__doApplyCommand(self, command):
+        # pysyncobj applies a membership entry a second time once it is committed
+        # ("required only after node restarts": adopt_logged_changes does that).
+        # A follower that appended "add X" and "remove X" in one batch re-added X
+        # when applying the first, a member again until the second was applied.
+        # A change is in force from its append on; applying it changes nothing.
+        if command[0] == MEMBERSHIP_TYPE:
+            return None
+        return super()._SyncObj__doApplyCommand(command)
 
     def _SyncObj__updateClusterConfiguration(self, newNodes):
         super()._SyncObj__updateClusterConfiguration(newNodes)
@@ -129,7 +141,9 @@ class MembershipMixin:
         would come back from the snapshot at the next start. Undo those here."""
         last_index = raft_data[0][1]
         group = set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
-        for command, idx, _term in reversed(list(self._SyncObj__raftLog)):
+        log = self._SyncObj__raftLog
+        for position in range(len(log) - 1, -1, -1):  # from the end: no copy of a long log
+            command, idx, _term = log[position]
             if idx <= last_index:
                 break
             request = _request_of(command)
@@ -176,22 +190,30 @@ class MembershipMixin:
         else:
             self.removeNodeFromCluster(address, callback=committed)
 
-    def hand_off(self) -> str:
-        """Give up leadership to the follower that holds this leader's whole log;
-        its Raft address. Raises MembershipRefused if no follower is up to date."""
+    def hand_off(self, whole_log: bool = True) -> str:
+        """Give up leadership to the follower that holds this leader's whole log (or,
+        with `whole_log` False, the most of it); its Raft address. Raises
+        MembershipRefused if there is no such follower now (under load, entries are
+        always in flight: the caller tries again for a moment, server/membership_http.py).
+        Handing off to a follower that lacks the last entries is still safe: every
+        committed entry is on a majority, and Raft's vote rule elects only a node
+        that holds them; only the entries not yet committed may be cut, and their
+        clients, closed with this leadership, were never answered."""
         if not self._isLeader():
             raise MembershipRefused("this node is not the leader")
         last = self._SyncObj__getCurrentLogIndex()
         match = self._SyncObj__raftMatchIndex
         connected = self.transport.peers_up if self.transport is not None else set()
-        ready = sorted((n for n in self._SyncObj__otherNodes if n in connected and match.get(n, 0) >= last),
-                       key=lambda n: n.address)
-        if not ready:
+        candidates = [n for n in self._SyncObj__otherNodes if n in connected]
+        if whole_log:
+            candidates = [n for n in candidates if match.get(n, 0) >= last]
+        if not candidates:
             raise MembershipRefused("no follower holds this leader's whole log yet: retry in a moment")
-        target = ready[0]
+        target = max(candidates, key=lambda n: (match.get(n, 0), n.address))
         term = self.raftCurrentTerm
-        events.record("leadership_hand_off", "handing leadership of term %d to %s", term, target.address,
-                      term=term, to=target.address)
+        behind = last - match.get(target, 0)
+        events.record("leadership_hand_off", "handing leadership of term %d to %s (%d entries behind)", term,
+                      target.address, behind, term=term, to=target.address, behind=behind)
         # A follower of the same term: not step_down(), which forgets this term's
         # vote (its own), and a node must never vote twice in one term.
         self.stepdown_reason = f"handing leadership to {target.address}"

@@ -81,11 +81,13 @@ class ReplicaLike(Protocol):
     def follower_lag(self) -> dict[str, dict]: ...
 
 
-def preload(has_partners: bool) -> None:
+def preload(has_partners: bool, data_dir: str | None = None) -> None:
     """Import what `open_replica` will need now: `serve -u` drops privileges
     before the replica opens, and the new user may not be able to read the
     interpreter's files (a Python installed under /root)."""
-    if has_partners:
+    from haqueue.replication.member_dir import is_member_dir
+
+    if has_partners or is_member_dir(data_dir):  # a member alone still runs Raft (open_replica)
         import haqueue.replication.raft_node  # noqa: F401
     else:
         import haqueue.replication.lone  # noqa: F401
@@ -206,9 +208,10 @@ class Replica:
         committed (None) or failed; raises membership.MembershipRefused at once."""
         self._raft.change(op, address, done)
 
-    def hand_off(self) -> str:
-        """On the leader: give leadership to an up-to-date follower; its Raft address."""
-        return self._raft.hand_off()
+    def hand_off(self, whole_log: bool = True) -> str:
+        """On the leader: give leadership to a follower holding its whole log (or, not
+        `whole_log`, the most of it); its Raft address (membership.py)."""
+        return self._raft.hand_off(whole_log)
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:

@@ -30,6 +30,26 @@ from haqueue import events
 OPS = {"add": "add", "remove": "rem"}  # the CLI's words, pysyncobj's words
 OPERATOR_HEADER = "x-haqueue-operator"
 COMMIT_TIMEOUT = 10.0  # seconds to wait for the entry; past it the outcome is unknown
+HAND_OFF_WAIT = 2.0  # seconds to wait for a follower holding the leader's whole log
+HAND_OFF_LOOK = 0.005  # seconds between looks (appends are acknowledged within milliseconds)
+
+
+async def _hand_off(replica) -> str:
+    """Hand leadership to a follower holding this leader's whole log, looking again
+    for HAND_OFF_WAIT while the load keeps entries in flight; then to the follower
+    holding the most of it (membership.py says why that is still safe)."""
+    from haqueue.replication.replica import MembershipRefused
+
+    deadline = asyncio.get_running_loop().time() + HAND_OFF_WAIT
+    while True:
+        try:
+            return replica.hand_off()
+        except MembershipRefused:
+            if not replica.is_leader():
+                raise
+            if asyncio.get_running_loop().time() >= deadline:
+                return replica.hand_off(whole_log=False)
+        await asyncio.sleep(HAND_OFF_LOOK)  # the Raft state, read between ticks: no event to await
 
 
 def _answer(status: int, body: dict) -> tuple[int, str, bytes]:
@@ -59,7 +79,7 @@ async def handle(server, headers: dict, body: bytes, authorized: bool) -> tuple[
     me = server.options.raft_address
     if op == "rem" and address == me:
         try:
-            target = replica.hand_off()
+            target = await _hand_off(replica)
         except MembershipRefused as exc:
             return _answer(409, {"error": str(exc)})
         events.record("membership_requested", "operator %s: %s: this leader hands leadership to %s first",

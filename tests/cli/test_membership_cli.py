@@ -57,3 +57,18 @@ def test_recover_finds_nothing_to_recover_in_an_empty_directory(config, tmp_path
                          "--force-new-cluster")
     assert (code, out) == (1, "") and "nothing to recover" in err and err.count("\n") == 1
     assert list(empty.iterdir()) == []
+
+
+def test_the_new_file_keeps_the_old_text_and_adds_one_table(config):
+    from haqueue import cluster_edit
+    from haqueue.cluster import load_cluster
+
+    spec = load_cluster(config)
+    text = "# kept comment\n" + config.read_text()
+    added, new = cluster_edit.with_node(spec, text, "n4", "127.0.0.14", ports={"raft_port": 29999})
+    assert added.startswith(text) and "# kept comment" in added
+    assert new.node("n4").raft_endpoint == "127.0.0.14:29999"
+    assert new.node("n4").priority < min(n.priority for n in spec.nodes)
+    removed, smaller = cluster_edit.without_node(new, added, "n2")
+    assert [n.id for n in smaller.nodes] == ["n1", "n3", "n4"] and "# kept comment" in removed
+    assert cluster_edit.target_path(config, write=False).name == "cluster.new.toml"

@@ -125,3 +125,34 @@ def test_membership_endpoint_names_its_refusals(make_cluster):
     status, answer = _post(leader, add_n1_again)
     assert status == 409 and "already a member" in answer["error"]
     assert len(members_seen_by(cluster, leader.id)) == 3
+
+
+def test_a_dead_host_is_replaced_by_one_at_a_new_address(make_cluster):
+    cluster = make_cluster(["-f0"])
+    leader = cluster.leader()
+    dead = next(n for n in cluster.spec.nodes if n.id != leader.id)
+    with client_for(cluster, leader.id) as client:
+        before = [client.put(b"before %d" % n) for n in range(20)]
+    cluster.kill_node(dead.id)
+    done = haqueue("cluster", "remove-node", "--config", str(cluster.config_path), "--id", dead.id)
+    assert done.returncode == 0, done.stderr
+    new_file = cluster.config_path.with_name("cluster.new.toml")
+    assert f"wrote {new_file}" in done.stdout  # beside the old file without --write
+    cluster.config_path.with_name("cluster.toml.old").write_text(cluster.config_path.read_text())
+    cluster.config_path.write_text(new_file.read_text())  # deployed
+    assert len(wait_members(cluster, leader.id, 2)) == 2
+    add_node(cluster, "n9", "127.0.0.19")
+    assert len(wait_members(cluster, leader.id, 3)) == 3
+    assert [n.id for n in cluster.spec.nodes] == sorted({"n1", "n2", "n3"} - {dead.id}) + ["n9"]
+    agree = haqueue("cluster", "members", "--config", str(cluster.config_path))
+    assert agree.returncode == 0 and "NOT" not in agree.stdout and "n9" in agree.stdout
+    old_file = haqueue("cluster", "members", "--config", str(cluster.config_path.with_name("cluster.toml.old")))
+    assert old_file.returncode == 1, old_file.stderr
+    assert f"{dead.id}" in old_file.stdout and "in the file, NOT a member" in old_file.stdout
+    wait_converged(cluster, timeout=30)
+    # The replacement counts: with it, the leader's loss still leaves a majority.
+    cluster.kill_node(leader.id)
+    survivor = cluster.leader(timeout=LEADER_TIMEOUT, exclude=leader.id)
+    assert survivor is not None
+    with client_for(cluster, survivor.id) as client:
+        assert [client.peek(job_id).body for job_id in before] == [b"before %d" % n for n in range(20)]
