@@ -109,6 +109,7 @@ def replace_node(lab: Lab, rng: random.Random) -> dict:
     lab.start_node(killed)
     _served_again(lab, fault, step)
     fault["members"] = lab.node_ids
+    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
     return fault
 
 
@@ -125,6 +126,7 @@ def grow_3_to_5(lab: Lab, rng: random.Random) -> dict:
     lab.start_node(killed)
     _served_again(lab, fault, step)
     fault["members"] = lab.node_ids
+    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
     return fault
 
 
@@ -146,6 +148,7 @@ def shrink_5_to_3(lab: Lab, rng: random.Random) -> dict:
     lab.start_node(new)
     _served_again(lab, fault, step)
     fault["members"] = lab.node_ids
+    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
     return fault
 
 
@@ -155,9 +158,12 @@ def report_lines(faults: list[dict]) -> list[str]:
     if not steps:
         return []
     kept = sum(1 for s in steps if s["vip_kept"])
+    changes = [f for f in faults if f["name"] in SCENARIOS]
+    agreed = sum(1 for f in changes if f.get("members_agree"))
     tries = [s["remove_tries"] for s in steps if "remove_tries" in s]
     return [f"  membership: the VIP stayed put through {kept} of {len(steps)} rounds of keepalived reloads "
-            f"(each node's config rendered again, SIGHUP, the VIP's holder last)"
+            f"(each node's config rendered again, SIGHUP, the VIP's holder last); the leader's Raft group "
+            f"equalled the cluster file after {agreed} of {len(changes)} scenarios"
             + (f"; remove-node ran {sum(tries)} times for {len(tries)} removals (a leader refuses to hand off "
                f"while no follower holds its whole log)" if tries else "")]
 

@@ -67,6 +67,13 @@ def _cluster_command(lab: Lab, *args: str) -> tuple[str, int]:
     raise LabError(f"haqueue cluster {' '.join(args)} (tried {tries} times): {said}")
 
 
+def file_agrees(lab: Lab) -> bool:
+    """Does the leader's Raft group equal the cluster file's nodes (`haqueue cluster members`)?"""
+    argv = ["ip", "netns", "exec", lab.state.client_ns, sys.executable, "-m", "haqueue", "cluster", "members",
+            "--config", str(lab.config_path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60).returncode == 0
+
+
 def reload_keepalived(lab: Lab) -> dict:
     """Render every member's keepalived config again and reload each running keepalived (SIGHUP to
     its parent, which re-reads its file and keeps the VRRP instance's state), the VIP's holder

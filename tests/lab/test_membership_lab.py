@@ -56,6 +56,8 @@ def test_replace_grow_and_shrink_with_leader_kills_lose_nothing(lab):
     assert len(replaced["members"]) == 3
     assert len(by_name["grow-3-to-5"]["members"]) == 5
     assert len(by_name["shrink-5-to-3"]["members"]) == 3
+    assert all(f["members_agree"] for f in report["faults"]), text  # `haqueue cluster members` exits 0
+    assert all(s["vip_kept"] for f in report["faults"] for s in f["steps"] if "vip_kept" in s), text
     for f in report["faults"]:
         for step in f["steps"]:
             # After every step, a leader served and the VIP reached it.
