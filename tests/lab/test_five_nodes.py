@@ -1,10 +1,11 @@
 """A five-node lab (`haqueue lab up --nodes 5`): the process and network faults lose nothing,
 and every fault leaves the VIP on the Raft leader alone.
 
-Five nodes hold a majority with two down: besides the faults the three-node lab
-runs (tests/lab/test_chaos.py), restart-all and rolling-restart walk through
-five nodes, the leader's partition leaves four that must elect among
-themselves, and a follower cut off from the leader still has three peers. The lab is torn down in a finally, also when a check fails.
+Five nodes hold a majority with two down. Four of the three-node lab's faults
+(tests/lab/test_chaos.py): restart-all and rolling-restart walk through five
+nodes, the leader's partition leaves four that must elect among themselves,
+and a follower cut off from the leader still has three peers. The lab is torn
+down in a finally, also when a check fails.
 """
 
 from __future__ import annotations
