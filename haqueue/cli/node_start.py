@@ -90,7 +90,7 @@ def run_node(options, user: str | None = None) -> int:
     from haqueue.replication.replica import preload, startup_errors
     from haqueue.server.app import QueueServer
 
-    preload(bool(options.replication.partners))
+    preload(bool(options.replication.partners), options.data_dir)
     # A journal or snapshot this node cannot trust: one line, exit non-zero.
     untrusted = startup_errors()
     if user is not None:

@@ -28,7 +28,8 @@ GET /session, GET /tube/NAME, GET /job/ID, POST /op
              previews, and one change (put, kick, kick-job, delete, pause,
              resume) made on the leader as a client's command is, carrying the
              CSRF token; behind the token like /cluster
-Anything else is 404; POST anywhere but /op, or any other method, is 405.
+POST /membership  cluster add-node / remove-node, on the leader (membership_http.py)
+Anything else is 404; POST anywhere but /op and /membership, or any other method, is 405.
 HTTP/1.0, one request per connection, tiny on purpose.
 
 With a token (`--admin-token`, or the cluster file's cluster.admin_token),
@@ -252,7 +253,7 @@ class AdminServer:
             method = parts[0] if parts else ""
             route = parts[1].partition("?")[0] if len(parts) >= 2 else ""
             if len(parts) < 2 or method not in ("GET", "HEAD", "POST") or (
-                    (method == "POST") != (route == "/op")):
+                    (method == "POST") != (route in ("/op", "/membership"))):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             elif route == "/backup":  # streamed from a forked writer (haqueue/server/backup.py)
                 from haqueue.server.backup import answer as backup
@@ -270,8 +271,13 @@ class AdminServer:
                     if int(length) > limit:
                         raise _Early(413, b"request too large\n")
                     data = await asyncio.wait_for(reader.readexactly(int(length)), timeout=5)
-                code, kind, body, extra = await self.operation(
-                    method, parts[1], headers, data, writer.get_extra_info("peername"), self.authorized(head))
+                if route == "/membership":  # cluster add-node / remove-node (membership_http.py)
+                    from haqueue.server import membership_http
+
+                    code, kind, body = await membership_http.handle(self.server, headers, data, self.authorized(head))
+                else:
+                    code, kind, body, extra = await self.operation(
+                        method, parts[1], headers, data, writer.get_extra_info("peername"), self.authorized(head))
             else:
                 code, kind, body = await self.answer_async(parts[1], self.authorized(head))
             if code == 503 and parts[1].startswith("/id/"):
