@@ -1,7 +1,7 @@
 """`haqueue cluster add-node`, `cluster remove-node`: change the Raft group online.
 
 Thin commands over the leader's POST /membership (server/membership_http.py):
-validate the new cluster file first (cluster_edit.py), find the leader among
+validate the new cluster file first (config/edit.py), find the leader among
 the file's nodes (their /leader), ask it, follow a hand-off when the leader is
 the node being removed, and write the new file only once the change is
 committed. Anything wrong is one line and exit status 1.
@@ -117,8 +117,8 @@ def add_node(config_path, node_id, address, priority, interface, client_port, ra
 
     Start the new node afterwards with `haqueue serve --config NEWFILE --node ID -b DIR`
     (an empty DIR): it catches up from the leader's snapshot."""
-    from haqueue import cluster_edit
-    from haqueue.cluster import ClusterFileError
+    from haqueue.config import edit as cluster_edit
+    from haqueue.config.cluster import ClusterFileError
 
     spec = load_cluster_file(config_path)
     known = next((n for n in spec.nodes if n.id == node_id), None)
@@ -157,8 +157,8 @@ def add_node(config_path, node_id, address, priority, interface, client_port, ra
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the commit.")
 def remove_node(config_path, node_id, write, timeout) -> None:
     """Remove a node from the Raft group online (the leader hands off first), then write the new file."""
-    from haqueue import cluster_edit
-    from haqueue.cluster import ClusterFileError
+    from haqueue.config import edit as cluster_edit
+    from haqueue.config.cluster import ClusterFileError
 
     spec = load_cluster_file(config_path)
     if [n.id for n in spec.nodes] == [node_id]:
@@ -191,8 +191,8 @@ def recover(config_path, node_id, data_dir, force_new_cluster, yes, write) -> No
     Prints the entries it holds that may never have been committed (they will be now),
     writes the cluster file naming it alone, and says how to start it; grow the cluster
     back with `cluster add-node` (docs/operations.md, "Recovering from a lost majority")."""
-    from haqueue import cluster_edit
-    from haqueue.cluster import ClusterFileError
+    from haqueue.config import edit as cluster_edit
+    from haqueue.config.cluster import ClusterFileError
 
     spec, member = load_cluster_file(config_path, node_id)
     if not force_new_cluster:

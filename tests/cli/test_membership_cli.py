@@ -60,8 +60,8 @@ def test_recover_finds_nothing_to_recover_in_an_empty_directory(config, tmp_path
 
 
 def test_the_new_file_keeps_the_old_text_and_adds_one_table(config):
-    from haqueue import cluster_edit
-    from haqueue.cluster import load_cluster
+    from haqueue.config import edit as cluster_edit
+    from haqueue.config.cluster import load_cluster
 
     spec = load_cluster(config)
     text = "# kept comment\n" + config.read_text()

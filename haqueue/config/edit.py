@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from haqueue.cluster import Cluster, ClusterFileError, parse_cluster
+from haqueue.config.cluster import Cluster, ClusterFileError, parse_cluster
 
 _HEADER = re.compile(r"^\s*\[")
 _NODES_HEADER = re.compile(r"^\s*\[\[\s*nodes\s*\]\]\s*(#.*)?$")
