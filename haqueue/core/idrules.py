@@ -17,7 +17,7 @@ rendering injective, which is what keeps ids unique once counters are:
    until the time part repeats: y1 10 years, yy 100) at least one cycle;
 4. 0 <= min_counter < max_counter < 2**63, and an id is at most 64 characters.
 
-A rule also says how its ids are handed out (core/ids.py, server/ids_udp.py):
+A rule also says how its ids are handed out (core/ids.py, server/ids/udp.py):
 `exact`, one committed reservation per id, or `segment`, blocks of `segment`
 values committed ahead and served from the leader's memory.
 

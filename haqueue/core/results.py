@@ -13,7 +13,7 @@ is the cheapest thing Python builds. The shapes:
     (RULES_REFUSED, problem)                id-set-rules that could repeat ids (core/ids.py)
 
 and the results without values below, one shared tuple each. The server maps
-them to bytes in server/replies.py; the tags are the protocol's words, so a
+them to bytes in server/beanstalk/replies.py; the tags are the protocol's words, so a
 test can still write ("INSERTED", 1).
 """
 

@@ -57,8 +57,8 @@ from haqueue.lab.topology import LabState
 DEFAULT_DIR = "/run/haqueue-lab"
 NODE_IDS = ("n1", "n2", "n3")
 CLIENT_PORT = 11300
-ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
-GEARMAN_PORT = 4730  # Gearman (server/gearman_service.py): likewise
+ID_PORT = 1200  # the id service on UDP (server/ids/udp.py): the chaos runs check it too
+GEARMAN_PORT = 4730  # Gearman (server/gearman/service.py): likewise
 DISKS = ("ext4", "tmpfs")  # each node's data filesystem (storage.py)
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 

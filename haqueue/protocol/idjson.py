@@ -3,7 +3,7 @@
 One JSON object per datagram (shared/id-service.md §3.2). `parse` turns a
 datagram into a GetId, a Monitor, a BadRequest (the reply is an error) or
 None (no reply at all); the reply builders turn results into bytes. No
-socket, no clock: the UDP and HTTP front ends (server/ids_udp.py,
+socket, no clock: the UDP and HTTP front ends (server/ids/udp.py,
 server/admin.py) own the I/O.
 
 Bounds, and why:

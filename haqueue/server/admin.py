@@ -9,7 +9,7 @@ GET /leader  200 only on the leader that is serving clients, else 503 — the
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (docs/design.md I2)
 GET /metrics the Prometheus text format (metrics.py): every node, followers too
-GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids_udp.py), the UDP
+GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids/udp.py), the UDP
              reply's JSON body: 200 with an id; 503 not leader or outcome
              unknown (retry), with Retry-After: 1 and, on a follower that
              knows the leader, Location: the same path on the leader's
@@ -59,7 +59,7 @@ OPERATION_ROUTES = ("/session", "/tube/", "/job/")  # GET, behind the token (ope
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
            500: "Internal Server Error", 503: "Service Unavailable", 507: "Insufficient Storage"}
-# The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
+# The id service's outcomes (ids.udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
 ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
              "exhausted": 409, "too_many_apps": 409, "not_leader": 503,
              "disk_full": 507}  # Insufficient Storage: below the disk reserve (disk_reserve.py)

@@ -40,15 +40,15 @@ from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
-from haqueue.server.session import Session
-from haqueue.server.stats import ServerCounters, server_stats
+from haqueue.server.beanstalk.session import Session
+from haqueue.server.beanstalk.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
 
 if TYPE_CHECKING:
-    from haqueue.server.gearman_service import GearmanService
-    from haqueue.server.ids_udp import IdListener, IdRequests
+    from haqueue.server.gearman.service import GearmanService
+    from haqueue.server.ids.udp import IdListener, IdRequests
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class NodeOptions:
     tls: "TlsFiles | None" = None
     admin_token: str | None = None
     # The id service's UDP port on the client listener's host (and, on the
-    # leader, the VIP); 0: off (server/ids_udp.py). GET /id/... on the admin
+    # leader, the VIP); 0: off (server/ids/udp.py). GET /id/... on the admin
     # port works either way. id_endpoints: Raft endpoint -> "address:id_port"
     # of every member, so that followers can name the leader.
     id_port: int = 0
@@ -117,10 +117,10 @@ class NodeOptions:
     # The cluster file's [[id_rules]]: a new leader commits them (with the
     # built-in rules) when they differ from the replicated rules.
     id_rules: tuple = ()
-    id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
+    id_rate_limit: int = 20_000  # datagrams a second per source address (ids.udp.SourceLimit); 0: off
     config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
     # The Gearman port on the client listener's host (and the VIP), served by
-    # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
+    # the leader only, like the beanstalkd port; 0: off (server/gearman/service.py).
     gearman_port: int = 0
 
 
@@ -199,7 +199,7 @@ class QueueServer:
         self.gearman: GearmanService | None = None
         if options.gearman_port:
             # Imported only when served, as the id service is: a plain node starts sooner.
-            from haqueue.server.gearman_service import GearmanService
+            from haqueue.server.gearman.service import GearmanService
 
             listen = options.listen
             self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
@@ -209,7 +209,7 @@ class QueueServer:
     def id_requests(self) -> IdRequests:
         """The id service's requests, for its UDP listener and the admin port's /id/:
         made (and its modules imported, ~7 ms) when one of them first asks, not at start."""
-        from haqueue.server.ids_udp import IdRequests
+        from haqueue.server.ids.udp import IdRequests
 
         return IdRequests(self, self.options.id_endpoints)
 
@@ -412,7 +412,7 @@ class QueueServer:
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
-        from haqueue.server.ids_udp import IdListener
+        from haqueue.server.ids.udp import IdListener
 
         listen = self.options.listen
         self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip,

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from haqueue.core.state import QueueState
 from haqueue.server.limits import ClientLimits
-from haqueue.server.stats import ServerCounters
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.stats import ServerCounters
+from haqueue.server.beanstalk.tubes import TubeDirectory
 
 if TYPE_CHECKING:
-    from haqueue.server.session import Session
+    from haqueue.server.beanstalk.session import Session
 
 
 class Submits(Protocol):
@@ -52,7 +52,7 @@ class Admits(Protocol):
 
 class ConnectionHost(Protocol):
     """What every client-facing protocol's connections use of the leader: the beanstalkd
-    Session (SessionHost, below) and the Gearman service (gearman_service.GearmanHost)."""
+    Session (SessionHost, below) and the Gearman service (gearman.service.GearmanHost)."""
 
     # settings
     loop: asyncio.AbstractEventLoop

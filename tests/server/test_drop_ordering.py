@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from haqueue.server.batcher import wall_ms
-from haqueue.server.session import Session
+from haqueue.server.beanstalk.session import Session
 from tests.fuzz.harness import ScriptedTransport, make_server
 
 

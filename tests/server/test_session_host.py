@@ -17,12 +17,13 @@ from typing import Protocol
 import pytest
 
 from haqueue.server import connection as connection_module
-from haqueue.server import gearman_service, gearman_session, ids_udp
-from haqueue.server import session as session_module
+from haqueue.server.gearman import service as gearman_service, session as gearman_session
+from haqueue.server.ids import udp as ids_udp
+from haqueue.server.beanstalk import session as session_module
 from haqueue.server.app import Listen, NodeOptions, QueueServer
-from haqueue.server.gearman_service import GearmanHost
+from haqueue.server.gearman.service import GearmanHost
 from haqueue.server.host import ConnectionHost, SessionHost
-from haqueue.server.ids_udp import IdHost
+from haqueue.server.ids.udp import IdHost
 
 # (the modules that use the interface, each with the name it calls the server by), interface.
 # A Gearman connection's host is the service's server (connection.py calls it `host`).

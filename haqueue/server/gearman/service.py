@@ -1,17 +1,17 @@
 """GearmanService: the Gearman front end of a leader — its listener, its connections, its wake-ups.
 
-A second front end on the same log, as the id service is (ids_udp.py): the
+A second front end on the same log, as the id service is (server/ids/udp.py): the
 queue itself is GearmanState inside QueueState (core/gearman.py), changed
 only by log entries; this object owns what belongs to the leader's process
 and dies with its leadership:
 - the listener on the Gearman port (and the VIP), open only while this node
   serves as leader, like the beanstalkd port (app.py opens and closes both);
-- the connections (gearman_session.py) by connection id, so that a worker's
+- the connections (server/gearman/session.py) by connection id, so that a worker's
   WORK_* reach the clients a job names;
 - which connection can do which function, and which workers sleep
   (PRE_SLEEP) waiting for a NOOP: after each applied entry, the functions in
   which a job became grabbable (Effects.gearman_woken) wake theirs;
-- the admin protocol's answers (gearman_admin.py words them);
+- the admin protocol's answers (server/gearman/admin.py words them);
 - `shutdown graceful`: no new connections, the node stops when the last closes.
 
 A connection's id comes from the leader's connection counter, shared with
@@ -31,8 +31,8 @@ from typing import Protocol
 from haqueue import __version__
 from haqueue.core import commands as C
 from haqueue.protocol import gearman as P
-from haqueue.server import gearman_admin as A
-from haqueue.server.gearman_session import GearmanSession
+from haqueue.server.gearman import admin as A
+from haqueue.server.gearman.session import GearmanSession
 from haqueue.server.host import ConnectionHost
 
 log = logging.getLogger(__name__)

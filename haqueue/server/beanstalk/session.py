@@ -56,7 +56,7 @@ from haqueue.core import commands as C
 from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import KICKS_PER_ENTRY, wall_ms
-from haqueue.server import operator_events
+from haqueue.server.beanstalk import operator_events
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.connection import Connection
 from haqueue.server.host import SessionHost
@@ -64,11 +64,11 @@ from haqueue.server.limits import (
     COMMANDS_PER_TURN, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HIGH,
     OUTPUT_LOW, READ_TURN_SECONDS, TURN_SECONDS,
 )
-from haqueue.server.ordered_set import SwapRemoveList
-from haqueue.server.replies import reply_for
-from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
+from haqueue.server.beanstalk.ordered_set import SwapRemoveList
+from haqueue.server.beanstalk.replies import reply_for
+from haqueue.server.beanstalk.stats import COUNTED_COMMANDS, job_stats, tube_stats
 from haqueue.server.timers import STAMP_RESOLUTION_MS, PreciseTimer, deadline_ms, monotonic_at_wall_ms
-from haqueue.server.tubes import DEFAULT_TUBE
+from haqueue.server.beanstalk.tubes import DEFAULT_TUBE
 
 log = logging.getLogger(__name__)
 
@@ -196,12 +196,7 @@ class Session(Connection):
         if self.parser.put_pending:
             self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
-        if self.output_timer is not None:
-            self.output_timer.cancel()
-            self.output_timer = None
-        if self.lease_timer is not None:
-            self.lease_timer.cancel()
-            self.lease_timer = None
+        self._stop_timers()
         self.server.session_closed(self)
         cut_transport_cycle(self.transport)
 
