@@ -43,7 +43,8 @@ def serve_plain(values: dict) -> int:
 def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_size: int):
     """NodeOptions for a node on its own: systemd's socket, a Unix socket or host:port."""
     from haqueue.cli import early
-    from haqueue.server.app import Listen, NodeOptions
+    from haqueue.server.app import NodeOptions
+    from haqueue.server.listeners import Listen
 
     early_signals = None
     inherited = systemd_socket()

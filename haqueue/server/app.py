@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import socket
 import ssl
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -40,9 +38,11 @@ from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
+from haqueue.server.listeners import ClientListener, Listen, RefusedConnection
 from haqueue.server.beanstalk.session import Session
 from haqueue.server.beanstalk.stats import ServerCounters, server_stats
 from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
+from haqueue.server.tls import TlsFiles, server_options
 from haqueue.server.beanstalk.tubes import TubeDirectory
 from haqueue.server.turns import TurnQueue
 
@@ -51,40 +51,6 @@ if TYPE_CHECKING:
     from haqueue.server.ids.udp import IdListener, IdRequests
 
 log = logging.getLogger(__name__)
-
-IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
-# Connections the kernel completes before the node accepts them, as beanstalkd's
-# listen(fd, 1024). Passed on every listener, sockets handed over included: the loop
-# listens again on a socket it is given, with its own default (100) otherwise.
-BACKLOG = 1024
-
-
-@dataclass
-class Listen:
-    """Where clients connect: a TCP address, a Unix socket path, or a socket handed over."""
-
-    host: str = "0.0.0.0"
-    port: int = 11300
-    unix_path: str | None = None
-    sock: socket.socket | None = None
-    # Connections the early socket accepted while the node started, each with the
-    # monotonic time its first bytes were readable (or None) and how many they were
-    # (haqueue/cli/arrivals.py): served as the listener's own, their first commands'
-    # delays and timeouts counted from then (session.py, arrived_early).
-    arrived: list = field(default_factory=list)
-    # The cluster's virtual IP: the leader listens there too, so clients of
-    # the VIP reach it as soon as keepalived moves the address here. Bound
-    # with IP_FREEBIND, since the address arrives after leadership does.
-    vip: str | None = None
-
-    def describe(self) -> str:
-        if self.sock is not None:
-            name = self.sock.getsockname()
-            return f"unix:{name}" if isinstance(name, str) else "{}:{}".format(*name[:2])
-        if self.unix_path:
-            return f"unix:{self.unix_path}"
-        return f"{self.host}:{self.port}"
-
 
 @dataclass
 class NodeOptions:
@@ -124,40 +90,6 @@ class NodeOptions:
     gearman_port: int = 0
 
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """The client port's certificate chain and private key (PEM files)."""
-
-    cert: str
-    key: str
-
-    def server_context(self) -> ssl.SSLContext:
-        """A server context (TLS 1.2+); ssl.SSLError/OSError name a bad file."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert, self.key)
-        return context
-
-
-# A client that opens a TLS connection and never completes the handshake is
-# dropped after this long (asyncio's default is 60 s).
-TLS_HANDSHAKE_TIMEOUT = 10.0
-
-
-class RefusedConnection(asyncio.Protocol):
-    """A connection beyond max_connections: closed at once, without a reply.
-
-    beanstalkd closes a connection it cannot make room for (prot.c h_accept,
-    make_conn failing) without a word; so does haqueue, and counts it.
-    """
-
-    def connection_made(self, transport) -> None:
-        transport.close()
-
-    def connection_lost(self, exc) -> None:
-        pass
-
-
 class QueueServer:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
@@ -181,9 +113,7 @@ class QueueServer:
         self.draining = False
         self.epoch = 0
         self.conn_serial = 0
-        self._listener: asyncio.AbstractServer | None = None
-        self._vip_listener: asyncio.AbstractServer | None = None
-        self._vip_retry: asyncio.TimerHandle | None = None
+        self._listener: ClientListener | None = None
         self._leader_task: asyncio.Task | None = None
         self._tick_handle: PreciseTimer | None = None
         self._tick_at: int | None = None
@@ -351,7 +281,7 @@ class QueueServer:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
         self.serving = True
-        await self._serve_arrived()
+        await self._listener.serve_arrived(self.loop, self._arrived_session)
         if self.gearman is not None:
             # After `serving`: a Gearman connection accepted while the VIP is being bound
             # is served, not turned away.
@@ -392,22 +322,13 @@ class QueueServer:
         return True
 
     async def _open_listener(self) -> None:
-        listen = self.options.listen
-        factory = self._new_session
-        tls = self._tls_options()
-        if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock, backlog=BACKLOG, **tls)
-        elif listen.unix_path:
-            if os.path.exists(listen.unix_path):
-                os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path,
-                                                                backlog=BACKLOG, **tls)
-        else:
-            self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=BACKLOG, **tls
-            )
-            if listen.vip is not None and listen.vip != listen.host:
-                await self._open_vip_listener()
+        # Held before it opens: a step-down while the VIP is being bound closes it.
+        self._listener = ClientListener(self.options.listen, self._new_session, server_options(self._tls_context))
+        try:
+            await self._listener.open(self.loop)
+        except OSError:
+            self._listener = None
+            raise
 
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
@@ -425,33 +346,6 @@ class QueueServer:
         log.info("id service on udp %s:%d", listen.host, self.options.id_port)
         return True
 
-    async def _open_vip_listener(self) -> None:
-        self._vip_retry = None
-        if not self.serving and self._listener is None:
-            return
-        listen = self.options.listen
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((listen.vip, listen.port))
-            sock.listen(BACKLOG)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock, backlog=BACKLOG,
-                                                               **self._tls_options())
-        except OSError as exc:
-            # Another node on this host still holds it (a loopback cluster in
-            # transition): try again shortly, for as long as we lead.
-            sock.close()
-            log.warning("cannot listen on the VIP %s:%d yet: %s", listen.vip, listen.port, exc.strerror)
-            self._vip_retry = self.loop.call_later(
-                0.2, lambda: self.loop.create_task(self._open_vip_listener())
-            )
-
-    def _tls_options(self) -> dict:
-        if self._tls_context is None:
-            return {}
-        return {"ssl": self._tls_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
-
     def _new_session(self) -> Session | RefusedConnection:
         if len(self.sessions) >= self.limits.max_connections:
             self.counters.rejected_connections += 1
@@ -461,15 +355,6 @@ class QueueServer:
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
         return Session(self, self.next_conn_id())
-
-    async def _serve_arrived(self) -> None:
-        """The connections the early socket accepted while the node started (Listen.arrived),
-        served once the node serves (a session aborts before), oldest first."""
-        arrived, self.options.listen.arrived = self.options.listen.arrived, []
-        tls = self._tls_options()
-        for conn, first_at, count in arrived:
-            await self.loop.connect_accepted_socket(partial(self._arrived_session, first_at, count),
-                                                    sock=conn, **tls)
 
     def _arrived_session(self, first_at: float | None, count: int) -> Session | RefusedConnection:
         session = self._new_session()
@@ -491,12 +376,6 @@ class QueueServer:
             self._tick_handle.cancel()
             self._tick_handle = None
             self._tick_at = None
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
-        if self._vip_listener is not None:
-            vip_listener, self._vip_listener = self._vip_listener, None
-            vip_listener.close()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
@@ -702,7 +581,7 @@ class QueueServer:
         return {
             "name": self.options.name,
             "serving": self.serving,
-            "client_port_open": self._listener is not None,
+            "client_port_open": self._listener is not None and self._listener.is_open,
             "draining": self.draining,
             "connections": len(self.sessions),
             "internal_errors": replica.state.internal_errors if replica is not None else 0,

@@ -30,7 +30,8 @@ from haqueue.protocol.gearman import ProtocolError as GearmanProtocolError
 from haqueue.protocol.gearman import encode as gearman_encode
 from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
-from haqueue.server.app import Listen, NodeOptions, QueueServer
+from haqueue.server.app import NodeOptions, QueueServer
+from haqueue.server.listeners import Listen
 from haqueue.server.batcher import Batcher
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, OUTPUT_HIGH, MemoryGauge

@@ -20,7 +20,8 @@ from haqueue.server import connection as connection_module
 from haqueue.server.gearman import service as gearman_service, session as gearman_session
 from haqueue.server.ids import udp as ids_udp
 from haqueue.server.beanstalk import session as session_module
-from haqueue.server.app import Listen, NodeOptions, QueueServer
+from haqueue.server.app import NodeOptions, QueueServer
+from haqueue.server.listeners import Listen
 from haqueue.server.gearman.service import GearmanHost
 from haqueue.server.host import ConnectionHost, SessionHost
 from haqueue.server.ids.udp import IdHost

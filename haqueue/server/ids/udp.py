@@ -61,6 +61,7 @@ import logging
 import socket
 import struct
 from collections import deque
+from functools import partial
 from typing import Callable, Protocol
 
 from haqueue.core import commands as C
@@ -70,10 +71,10 @@ from haqueue.protocol import idjson
 from haqueue.protocol.idjson import BadRequest, GetId, Monitor
 from haqueue.server.batcher import wall_ms
 from haqueue.server.host import Admits, LeaseHolder, Submits
+from haqueue.server.listeners import VipBinder, bound_socket
 
 log = logging.getLogger(__name__)
 
-IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", None) or 8  # linux/in.h; Python 3.11 does not name it
 _PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
 READS_PER_WAKE = 64  # datagrams read per readiness event before others get the loop
@@ -525,7 +526,8 @@ class IdListener:
         self.vip = vip if vip != host else None
         self.transports: list[asyncio.DatagramTransport] = []
         self._vip_transport: asyncio.DatagramTransport | None = None
-        self._vip_retry: asyncio.TimerHandle | None = None
+        self._vip = (VipBinder("serve ids", self.vip, port, partial(self._bind, self.vip, True),
+                               lambda: self.open_ and self.vip_open) if self.vip is not None else None)
         self.open_ = False
         self.vip_open = False
 
@@ -538,27 +540,21 @@ class IdListener:
         """While leader: bind the VIP too, retried until it binds or close_vip."""
         if self.vip is not None and self.open_ and not self.vip_open:
             self.vip_open = True
-            await self._bind_vip()
+            await self._vip.bind()
 
     def close_vip(self) -> None:
         self.vip_open = False
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
+        if self._vip is not None:
+            self._vip.cancel()
         if self._vip_transport is not None:
             transport, self._vip_transport = self._vip_transport, None
             transport.close()
 
     async def _bind(self, host: str, freebind: bool) -> asyncio.DatagramTransport | None:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        # The VIP's socket and a wildcard host's share the port (SO_REUSEADDR): the more
+        # specific binding gets the VIP's datagrams (and replies from the VIP).
+        sock = bound_socket(host, self.port, socket.SOCK_DGRAM, freebind=freebind, rcvbuf=RCVBUF)
         try:
-            # The VIP's socket and a wildcard host's share the port: the more
-            # specific binding gets the VIP's datagrams (and replies from the VIP).
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
-            if freebind:
-                sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((host, self.port))
             protocol = IdDatagrams(self.requests, self.limit, self.server.loop.time)
             if host == "0.0.0.0":
                 transport = PktinfoTransport(self.server.loop, sock, protocol)
@@ -575,17 +571,6 @@ class IdListener:
         else:
             self.transports.append(transport)
         return transport
-
-    async def _bind_vip(self) -> None:
-        self._vip_retry = None
-        if not self.open_ or not self.vip_open:
-            return
-        try:
-            await self._bind(self.vip, freebind=True)
-        except OSError as exc:
-            log.warning("cannot serve ids on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
-            loop = self.server.loop
-            self._vip_retry = loop.call_later(0.2, lambda: loop.create_task(self._bind_vip()))
 
     def close(self) -> None:
         self.open_ = False
