@@ -33,6 +33,7 @@ from haqueue.core import commands as C
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
 from haqueue.core.ids import rule_from_record, wanted_rule_records
+from haqueue.core.results import Tag
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.disk_reserve import DiskReserve
@@ -315,7 +316,7 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership while committing id rules (term %d)", term)
             return False
-        if result[0] == "OK":
+        if result[0] == Tag.OK:
             log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
         else:
             log.error("id rules refused: %s", result[1:])

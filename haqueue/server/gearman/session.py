@@ -48,6 +48,7 @@ from functools import partial
 
 from haqueue.core import commands as C
 from haqueue.core.gearman import HIGH, LOW, NORMAL
+from haqueue.core.results import Tag
 from haqueue.protocol import gearman as P
 from haqueue.protocol.gearman import AdminLine, Packet, ProtocolError
 from haqueue.server.connection import Connection
@@ -407,7 +408,7 @@ class GearmanSession(Connection):
         self.submit((C.GM_GRAB, self.conn_id, functions), partial(self._assigned, name))
 
     def _assigned(self, name: str, result: tuple):
-        if result[0] != "ASSIGN":
+        if result[0] != Tag.ASSIGN:
             return P.response("NO_JOB")
         _, handle, function, unique, data = result
         if self.closed:
@@ -439,7 +440,7 @@ class GearmanSession(Connection):
         service = self.service
 
         def done(result):
-            if result[0] != "STATUS":
+            if result[0] != Tag.STATUS:
                 return JOB_NOT_FOUND
             service.forward(result[1], "WORK_STATUS", handle, numerator, denominator)
             return b""
@@ -458,7 +459,7 @@ class GearmanSession(Connection):
         service = self.service
 
         def done(result):
-            if result[0] != "ENDED":
+            if result[0] != Tag.ENDED:
                 return JOB_NOT_FOUND
             service.forward(result[1], name, *args)
             return b""
@@ -477,9 +478,9 @@ class GearmanSession(Connection):
 
 
 def _created(result: tuple) -> bytes | None:
-    if result[0] == "CREATED":
+    if result[0] == Tag.CREATED:
         return P.response("JOB_CREATED", result[1].encode())
-    if result[0] == "QUEUE_FULL":
+    if result[0] == Tag.QUEUE_FULL:
         return QUEUE_ERROR
     return None  # NOT_FOUND: a dead leader's connection; it is closed
 

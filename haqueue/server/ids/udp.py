@@ -65,10 +65,12 @@ from functools import partial
 from typing import Callable, Protocol
 
 from haqueue.core import commands as C
+from haqueue.core.idrules import SEGMENT
 from haqueue.core.ids import MAX_RESERVE
+from haqueue.core.results import Tag
 from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
-from haqueue.protocol.idjson import BadRequest, GetId, Monitor
+from haqueue.protocol.idjson import BadRequest, GetId, Monitor, Outcome
 from haqueue.server.batcher import wall_ms
 from haqueue.server.host import Admits, LeaseHolder, Submits
 from haqueue.server.listeners import VipBinder, bound_socket
@@ -81,9 +83,9 @@ READS_PER_WAKE = 64  # datagrams read per readiness event before others get the 
 MAX_PENDING = 10_000
 RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the last
 
-# respond(outcome, body): outcome is "ok", an idjson error name, or None when
+# respond(outcome, body): outcome is an idjson.Outcome (OK or the error the reply names), or None when
 # the outcome is unknown (body None: no reply).
-Respond = Callable[[str | None, bytes | None], None]
+Respond = Callable[[Outcome | None, bytes | None], None]
 
 
 DEFAULT_RATE = 20_000  # datagrams a second per source address; 0: no limit
@@ -224,27 +226,27 @@ class IdRequests:
             return
         server = self.server
         if not server.serving or server.replica is None:
-            respond("not_leader", idjson.not_leader(request, self.leader()))
+            respond(Outcome.NOT_LEADER, idjson.not_leader(request, self.leader()))
             return
         if isinstance(request, Monitor):
             self._monitor(request, respond)
             return
         rule = server.state.ids.rules.get(request.rule)
         if rule is None:
-            respond("unknown_rule", idjson.unknown_rule(request))
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
             return
         if not idjson.salt_fits(request.salt, rule.salt_max_len):
-            bad = BadRequest("bad_request", "bad salt", request.seq)
+            bad = BadRequest(Outcome.BAD_REQUEST, "bad salt", request.seq)
             respond(bad.error, idjson.error(request, bad.error, bad.message))
             return
-        if rule.mode == "segment":
+        if rule.mode == SEGMENT:
             self._from_segment(request, rule, respond)
             return
         if self.pending >= MAX_PENDING:
             respond(None, None)
             return
         if not server.disk.admits(0):  # below the disk reserve (disk_reserve.py)
-            respond("disk_full", idjson.disk_full(request))
+            respond(Outcome.DISK_FULL, idjson.disk_full(request))
             return
         self.pending += 1
         first = not self._gathered  # the first get of this loop turn: reserve once the turn's are in
@@ -274,7 +276,7 @@ class IdRequests:
 
     def _answer_gathered(self, waiting: list, result: tuple | None) -> None:
         self.pending -= len(waiting)
-        if result is None or result[0] != "RESERVED":
+        if result is None or result[0] != Tag.RESERVED:
             for request, respond in waiting:
                 self._reserved_error(request, respond, result)
             return
@@ -286,9 +288,9 @@ class IdRequests:
             return
         for i, (request, respond) in enumerate(waiting):
             if i < count:
-                respond("ok", idjson.success(request, rule.render(first + i * step, now, request.salt or "")))
+                respond(Outcome.OK, idjson.success(request, rule.render(first + i * step, now, request.salt or "")))
             else:  # the counter ran out inside this reservation, as a later one of its own would
-                respond("exhausted", idjson.exhausted(request, rule.cycle_end_ms(rule.cycle(now)), rule.utc_offset))
+                respond(Outcome.EXHAUSTED, idjson.exhausted(request, rule.cycle_end_ms(rule.cycle(now)), rule.utc_offset))
 
     # ------------------------------------------------------------ segment mode
     def _from_segment(self, request: GetId, rule, respond: Respond) -> None:
@@ -314,11 +316,11 @@ class IdRequests:
         fetch = segments.may_fetch(wall) and self.server.disk.admits(0)
         if taken is not None:
             value, now = taken
-            respond("ok", idjson.success(request, rule.render(value, now, request.salt or "")))
+            respond(Outcome.OK, idjson.success(request, rule.render(value, now, request.salt or "")))
         elif segments.exhausted is not None:
-            respond("exhausted", idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
+            respond(Outcome.EXHAUSTED, idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
         elif not segments.fetching and not fetch:
-            respond("disk_full", idjson.disk_full(request))
+            respond(Outcome.DISK_FULL, idjson.disk_full(request))
             if not segments.blocks and not segments.waiting:
                 del self.segments[key]
             return
@@ -346,7 +348,7 @@ class IdRequests:
             return  # dropped on step-down: its waiters were answered then
         waiting, segments.waiting = segments.waiting, []
         tag = result[0] if result is not None else None
-        if tag == "RESERVED":
+        if tag == Tag.RESERVED:
             _, first, count, step, now = result
             segments.blocks.append([first, count, step, segments.rule.cycle(now), now])
             wall = wall_ms()
@@ -356,13 +358,13 @@ class IdRequests:
                     break
                 request, respond = waiting.pop(0)
                 self.pending -= 1
-                respond("ok", idjson.success(request, segments.rule.render(taken[0], taken[1],
+                respond(Outcome.OK, idjson.success(request, segments.rule.render(taken[0], taken[1],
                                                                            request.salt or "")))
             segments.waiting = waiting
             if waiting or segments.may_fetch(wall):
                 self._fetch(key, segments)
             return
-        if tag == "EXHAUSTED":
+        if tag == Tag.EXHAUSTED:
             segments.exhausted = (result[1],)
         for request, respond in waiting:
             self.pending -= 1
@@ -394,26 +396,26 @@ class IdRequests:
         known = request.rule in ids.rules
         report = ids.monitor(request.rule, request.app)
         if not known:
-            respond("unknown_rule", idjson.unknown_rule(request))
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
         elif report is None:
-            respond("not_exist", idjson.not_exist(request))
+            respond(Outcome.NOT_EXIST, idjson.not_exist(request))
         else:
-            respond("ok", idjson.monitor_reply(request, report))
+            respond(Outcome.OK, idjson.monitor_reply(request, report))
 
     def _reserved_error(self, request: GetId, respond: Respond, result: tuple | None) -> None:
         tag = result[0] if result is not None else None
         if tag is None:
             respond(None, None)
-        elif tag == "EXHAUSTED":
+        elif tag == Tag.EXHAUSTED:
             rule = self.server.state.ids.rules.get(request.rule)
-            respond("exhausted", idjson.exhausted(request, result[1], rule.utc_offset if rule else 0))
-        elif tag == "UNKNOWN_RULE":
-            respond("unknown_rule", idjson.unknown_rule(request))
-        elif tag == "TOO_MANY_APPS":
-            respond("too_many_apps", idjson.too_many_apps(request))
+            respond(Outcome.EXHAUSTED, idjson.exhausted(request, result[1], rule.utc_offset if rule else 0))
+        elif tag == Tag.UNKNOWN_RULE:
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
+        elif tag == Tag.TOO_MANY_APPS:
+            respond(Outcome.TOO_MANY_APPS, idjson.too_many_apps(request))
         else:  # BAD_ARGUMENTS: the codec let through what the state machine refuses
             log.error("id reservation refused: %r for %r", result, request)
-            respond("bad_request", idjson.error(request, "bad_request", "bad request"))
+            respond(Outcome.BAD_REQUEST, idjson.error(request, Outcome.BAD_REQUEST, "bad request"))
 
 
 class IdDatagrams(asyncio.DatagramProtocol):
