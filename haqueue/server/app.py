@@ -1,23 +1,28 @@
-"""QueueServer: one haqueue node — Raft underneath, the beanstalk protocol on top.
+"""QueueServer: one haqueue node — Raft underneath, the client protocols on top.
 
 Duties, in the order they happen:
 1. Open the replica (haqueue/replication/replica.py): a Raft member, or a lone node.
 2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
    held by one of our connections — we have none yet — goes back,
    docs/design.md I5) and wait until it is applied, which also proves this
-   node has applied everything committed before it. Only then open the client
-   listener (I3).
+   node has applied everything committed before it; commit the id rules if
+   they changed (ids/rules.py). Only then open the client listener (I3).
 3. While leader: sessions submit commands through the group-commit batcher;
-   after each applied entry, wake waiting reserves, flush replies, and arm a
-   timer for the next deadline (delay, time-to-run, pause), which logs a TICK
-   so that expiry is a committed, replicated change.
-4. When leadership is lost: close the listener and drop every client at once;
+   after each applied entry, wake waiting reserves (waiters.py), flush
+   replies, and arm the timer for the next deadline (deadlines.py: delay,
+   time-to-run, pause), which logs a TICK so that expiry is a committed,
+   replicated change.
+4. When leadership is lost: close the listeners and drop every client at once;
    in-flight commands end with their connections (outcome unknown).
 5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
    DRAINING), as beanstalkd does. On SIGHUP re-read the cluster file's id
    rules; the leader commits them if they differ (`_reload_id_rules`).
-"""
 
+What this module keeps is the node's lifecycle, its leadership, and being the
+beanstalkd sessions' host (host.SessionHost); where clients connect is
+listeners.py (TLS: tls.py), and each front end has its folder (beanstalk/,
+gearman/, ids/). It reads a Session only through host.HostedSession.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -30,22 +35,22 @@ from typing import TYPE_CHECKING, Callable
 
 from haqueue import events
 from haqueue.core import commands as C
-from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.core.effects import Effects
-from haqueue.core.ids import rule_from_record, wanted_rule_records
-from haqueue.core.results import Tag
+from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
-from haqueue.server.disk_reserve import DiskReserve
-from haqueue.server.gc_policy import CollectorPolicy
-from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
-from haqueue.server.listeners import ClientListener, Listen, RefusedConnection
 from haqueue.server.beanstalk.session import Session
 from haqueue.server.beanstalk.stats import ServerCounters, server_stats
-from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
-from haqueue.server.tls import TlsFiles, server_options
 from haqueue.server.beanstalk.tubes import TubeDirectory
+from haqueue.server.deadlines import Deadlines
+from haqueue.server.disk_reserve import DiskReserve
+from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.ids import rules as id_rules
+from haqueue.server.limits import ClientLimits, MemoryGauge, raise_fd_limit
+from haqueue.server.listeners import ClientListener, Listen, RefusedConnection
+from haqueue.server.tls import TlsFiles, server_options
 from haqueue.server.turns import TurnQueue
+from haqueue.server.waiters import Waiters
 
 if TYPE_CHECKING:
     from haqueue.server.gearman.service import GearmanService
@@ -102,7 +107,7 @@ class QueueServer:
         self.directory = TubeDirectory()
         self.counters = ServerCounters()
         self.sessions: set[Session] = set()
-        self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
+        self.waiters = Waiters()  # reserves waiting for a job (waiters.py)
         self.dirty: set[Session] = set()
         self.turns = TurnQueue(self)  # when a connection that used up its turn runs again
         # Closed connections whose reservations are being given back (DROP_CONN
@@ -116,9 +121,7 @@ class QueueServer:
         self.conn_serial = 0
         self._listener: ClientListener | None = None
         self._leader_task: asyncio.Task | None = None
-        self._tick_handle: PreciseTimer | None = None
-        self._tick_at: int | None = None
-        self._tick_in_flight = False
+        self.deadlines = Deadlines(self)  # the TICK for the next deadline (deadlines.py)
         self._stopped = asyncio.Event()
         self.fatal: str | None = None
         self.admin_server = None
@@ -212,25 +215,14 @@ class QueueServer:
         self._stopped.set()
 
     def _reload_id_rules(self) -> None:
-        """SIGHUP: read the cluster file's [[id_rules]] again. Every node keeps
-        them for when it leads; the leader commits them now if they differ from
-        the replicated rules. A file that does not validate changes nothing
-        (one error line): the node keeps the rules it had."""
-        from haqueue.cluster import ClusterFileError, load_cluster
-
-        path = self.options.config_path
-        if path is None:
-            log.info("SIGHUP: no cluster file to re-read")
-            return
-        try:
-            rules = load_cluster(path).id_rules
-        except ClusterFileError as exc:
-            log.error("SIGHUP: id rules not reloaded: %s", exc)
+        """SIGHUP: the cluster file's [[id_rules]] again (server/ids/rules.py). Every node
+        keeps them for when it leads; the leader commits them now."""
+        rules = id_rules.reread(self.options.config_path)
+        if rules is None:
             return
         self.options.id_rules = rules
-        log.info("SIGHUP: id rules re-read from %s (%d in the file)", path, len(rules))
         if self.serving:
-            self.loop.create_task(self._commit_id_rules(self.epoch))
+            self.loop.create_task(id_rules.commit(self, rules, self.epoch))
 
     def _enter_drain_mode(self) -> None:
         log.info("drain mode: new puts are refused with DRAINING")
@@ -273,7 +265,7 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
-        if not await self._commit_id_rules(term):
+        if not await id_rules.commit(self, self.options.id_rules, term):
             return
         self.directory = TubeDirectory(self.state.tubes)
         try:
@@ -296,31 +288,6 @@ class QueueServer:
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
-
-    async def _commit_id_rules(self, term: int) -> bool:
-        """Commit this node's id rules (cluster file + built-in) if the replicated
-        ones differ, before serving, so the first ids use them. A change that
-        could repeat ids is not proposed: one error line, and the replicated
-        rules stay. False if leadership was lost meanwhile."""
-        wanted = wanted_rule_records(self.options.id_rules)
-        ids = self.state.ids
-        if ids.rule_records() == wanted:
-            return True
-        problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
-        if problem is not None:
-            log.error("id rules of the cluster file not proposed: %s", problem)
-            return True
-        done = self.loop.create_future()
-        self.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
-        result = await done
-        if result is None or not self.replica.leads_in(term):
-            log.warning("lost leadership while committing id rules (term %d)", term)
-            return False
-        if result[0] == Tag.OK:
-            log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
-        else:
-            log.error("id rules refused: %s", result[1:])
-        return True
 
     async def _open_listener(self) -> None:
         # Held before it opens: a step-down while the VIP is being bound closes it.
@@ -373,10 +340,7 @@ class QueueServer:
         self.serving = False
         if self._leader_task is not None and not self._leader_task.done():
             self._leader_task.cancel()
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
-            self._tick_handle = None
-            self._tick_at = None
+        self.deadlines.cancel()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
@@ -404,19 +368,12 @@ class QueueServer:
 
     def session_closed(self, session: Session) -> None:
         self.sessions.discard(session)
-        self.waiters.pop(session, None)
+        self.waiters.stop(session)
         self.dirty.discard(session)
         self.reads_after_drops.discard(session)
-        directory = self.directory
-        directory.count_use(session.use, -1)
-        self.unref_tube(session.use)
-        for name in list(session.watch):
-            directory.count_watch(name, -1)
-            self.unref_tube(name)
         if not self.serving:
             return
-        holds = bool(self.state.reservations_of(session.conn_id))
-        if holds or session.in_flight or session.reserve_in_flight:
+        if session.work_in_flight or self.state.reservations_of(session.conn_id):
             # Log order follows submit order, so this lands after anything
             # the connection still had in flight.
             self.drops_pending.add(session.conn_id)
@@ -429,10 +386,7 @@ class QueueServer:
             return
         readers, self.reads_after_drops = self.reads_after_drops, set()
         for session in readers:
-            if session.reserving:
-                session.try_reserve()
-            else:
-                session.pump()
+            session.resume_read()
             self.dirty.add(session)
 
     def defer_until_drops_applied(self, session: Session) -> bool:
@@ -447,13 +401,13 @@ class QueueServer:
             self.batcher.submit((C.FORGET_TUBE, name), _ignore)
 
     def start_waiting(self, session: Session) -> None:
-        self.waiters[session] = None
+        self.waiters.start(session)
 
     def stop_waiting(self, session: Session) -> None:
-        self.waiters.pop(session, None)
+        self.waiters.stop(session)
 
     def waiting_on(self, tube: str) -> int:
-        return sum(1 for s in self.waiters if tube in s.watch)
+        return self.waiters.waiting_on(tube)
 
     # ---------------------------------------------------------- after entry
     def _after_entry(self, effects: Effects | None = None) -> None:
@@ -473,73 +427,23 @@ class QueueServer:
                 forget = [name for name in effects.emptied if self.directory.maybe_free(name, state)]
                 for name in forget:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
-            if effects.woken and self.waiters:
+            if effects.woken and len(self.waiters):
                 self._wake_waiters()
             if effects.gearman_woken and self.gearman is not None:
                 self.gearman.wake(effects.gearman_woken)
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()
-        self._arm_tick(next_deadline)
+        self.deadlines.arm(next_deadline)
+
+    def rearm(self) -> None:
+        """The deadline timer fired before the state's deadline: flush, and arm again."""
+        self._after_entry()
 
     def _wake_waiters(self) -> None:
         now = wall_ms()
-        # Only the tubes someone waits on: this runs after every entry that
-        # made a job ready, and a node may hold far more tubes than waiters watch.
         state = self.state
-        available = {}
-        for session in self.waiters:
-            for name in session.watch:
-                count = state.reservable(name, now)
-                if count:
-                    available[name] = count
-        candidates = self._claim(available)
-        for session in candidates:
-            session.try_reserve()
-            self.dirty.add(session)
-
-    def _claim(self, available: dict[str, int]) -> list[Session]:
-        """Waiting sessions, first come first served, at most one per available job."""
-        claimed: dict[str, int] = {}
-        candidates = []
-        for session in list(self.waiters):
-            for name in session.watch:
-                if available.get(name, 0) > claimed.get(name, 0):
-                    claimed[name] = claimed.get(name, 0) + 1
-                    candidates.append(session)
-                    break
-        return candidates
-
-    def _arm_tick(self, deadline: int | None) -> None:
-        if deadline is None or self._tick_in_flight:
-            return
-        if self._tick_at is not None and self._tick_at <= deadline:
-            return
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
-        self._tick_at = deadline
-        self._tick_handle = PreciseTimer(self.loop, monotonic_at_wall_ms(deadline), self._fire_tick)
-
-    def _fire_tick(self) -> None:
-        self._tick_handle = None
-        self._tick_at = None
-        if not self.serving:
-            return
-        if wall_ms() < (self.state.next_deadline() or 0):
-            # The clock ran slow relative to the timer: try again.
-            self._after_entry()
-            return
-        self._tick_in_flight = True
-        self.batcher.submit((C.TICK,), self._tick_done)
-        if self.waiters:
-            # Reserves for the jobs this TICK makes ready ride in its entry, after
-            # it: one commit between the deadline and the reply, not two.
-            candidates = self._claim(self.state.ready_at(wall_ms()))
-            for session in candidates:
-                session.reserve_now()
-
-    def _tick_done(self, result) -> None:
-        self._tick_in_flight = False
+        self.dirty.update(self.waiters.wake(lambda tube: state.reservable(tube, now)))
 
     # ----------------------------------------------------------------- stats
     def stats_body(self) -> bytes:

@@ -7,6 +7,8 @@ a small object of its own (tests/support/session_host.py, used by
 tests/server/test_session.py).
 tests/server/test_session_host.py checks that session.py touches nothing of
 its server beyond what is listed here, and that QueueServer provides it all.
+The way back is as narrow: QueueServer reads a Session only through
+HostedSession (below), which the same test holds app.py to.
 """
 
 from __future__ import annotations
@@ -21,6 +23,24 @@ from haqueue.server.beanstalk.tubes import TubeDirectory
 
 if TYPE_CHECKING:
     from haqueue.server.beanstalk.session import Session
+
+
+class HostedSession(Protocol):
+    """What QueueServer reads of a beanstalkd Session: the narrow way back. The waiting
+    reserves (waiters.Waiter) read its watch list and its two ways to reserve."""
+
+    conn_id: int
+
+    @property
+    def work_in_flight(self) -> bool: ...  # at close: a DROP_CONN must follow what is in flight
+
+    def resume_read(self) -> None: ...  # its read waited for a closed connection's reservations
+
+    def flush(self) -> None: ...
+
+    def end(self, graceful: bool) -> None: ...  # leadership is gone
+
+    def arrived_early(self, first_at: float, count: int) -> None: ...  # accepted while the node started
 
 
 class Submits(Protocol):

@@ -21,10 +21,10 @@ from haqueue.protocol import idjson
 from haqueue.protocol.idjson import Outcome
 from haqueue.server import admin, app
 from haqueue.server.gearman import service as gearman_service, session as gearman_session
-from haqueue.server.ids import http as ids_http, udp as ids_udp
+from haqueue.server.ids import http as ids_http, rules as ids_rules, udp as ids_udp
 
 RESULT_WORDS = {value for name, value in vars(Tag).items() if not name.startswith("_")} | {o.value for o in Outcome}
-MODULES = [core_gearman, core_ids, idjson, app, admin, gearman_service, gearman_session, ids_udp, ids_http]
+MODULES = [core_gearman, core_ids, idjson, app, admin, gearman_service, gearman_session, ids_udp, ids_http, ids_rules]
 
 
 def _literal_results(source: str, name: str) -> list[str]:

@@ -197,8 +197,34 @@ class Session(Connection):
             self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
         self._stop_timers()
+        self._release_tubes()
         self.server.session_closed(self)
         cut_transport_cycle(self.transport)
+
+    def _release_tubes(self) -> None:
+        """A closed connection no longer uses or watches its tubes: one that nothing
+        else refers to is forgotten (tubes.py)."""
+        server = self.server
+        directory = server.directory
+        directory.count_use(self.use, -1)
+        server.unref_tube(self.use)
+        for name in list(self.watch):
+            directory.count_watch(name, -1)
+            server.unref_tube(name)
+
+    # What the server reads of a session (beside conn_id, flush, end and arrived_early),
+    # so that app.py knows a session as little as a session knows it (host.HostedSession).
+    @property
+    def work_in_flight(self) -> bool:
+        """A command or a reserve of this connection is in an entry not yet applied."""
+        return bool(self.in_flight or self.reserve_in_flight)
+
+    def resume_read(self) -> None:
+        """A read that waited for a closed connection's reservations to come back goes on."""
+        if self.reserving:
+            self.try_reserve()
+        else:
+            self.pump()
 
     # --------------------------------------------------------------- output
     def _close_if_done(self) -> None:

@@ -32,7 +32,7 @@ node from start to stop: followers answer `not_leader` naming the leader's id
 endpoint, so a client that walks a server list until `code == 0` (id_server's
 client pattern) finds the leader. The VIP, when one is configured, is bound
 only while this node serves as leader (IP_FREEBIND: the address arrives after
-leadership does), like the client listener (server/app.py). Each socket is bound to one address,
+leadership does), like the client listener (server/listeners.py). Each socket is bound to one address,
 so a reply leaves from the address its request was sent to: a client that
 connect()s its UDP socket, as id_server's own client does, drops a reply
 from any other source. A node bound to the IPv4 wildcard (`-l 0.0.0.0`)
