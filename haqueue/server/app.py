@@ -30,7 +30,7 @@ import logging
 import signal
 import ssl
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
 from haqueue import events
@@ -39,6 +39,7 @@ from haqueue.core.effects import Effects
 from haqueue.replication.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 from haqueue.replication.replica import RaftTiming, ReplicaConfig, ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
+from haqueue.server.beanstalk.drops import Drops
 from haqueue.server.beanstalk.session import Session
 from haqueue.server.beanstalk.stats import ServerCounters, server_stats
 from haqueue.server.beanstalk.tubes import TubeDirectory
@@ -110,11 +111,8 @@ class QueueServer:
         self.waiters = Waiters()  # reserves waiting for a job (waiters.py)
         self.dirty: set[Session] = set()
         self.turns = TurnQueue(self)  # when a connection that used up its turn runs again
-        # Closed connections whose reservations are being given back (DROP_CONN
-        # in flight), and the sessions whose next read waits for that: beanstalkd
-        # returns them at once, so no read that follows a close may miss it.
-        self.drops_pending: set[int] = set()
-        self.reads_after_drops: set[Session] = set()
+        # Closed connections' reservations on their way back, and the reads that wait for them.
+        self.drops = Drops(lambda session: self.dirty.add(session))  # self.dirty: a new set per entry
         self.serving = False
         self.draining = False
         self.epoch = 0
@@ -256,7 +254,7 @@ class QueueServer:
         term = self.replica.term
         self.epoch = term
         self.conn_serial = 0
-        self.drops_pending.clear()
+        self.drops.new_term()
         self.batcher = Batcher(self.replica, self.loop, self._after_entry)
         barrier = self.loop.create_future()
         self.batcher.submit((C.RELEASE_ORPHANS, (), term),
@@ -356,7 +354,7 @@ class QueueServer:
             self.batcher.closed = True
             self.batcher.fail_pending()
         self.waiters.clear()
-        self.reads_after_drops.clear()
+        self.drops.end_term()
         if was_serving:
             log.info("stopped serving clients")
 
@@ -370,30 +368,14 @@ class QueueServer:
         self.sessions.discard(session)
         self.waiters.stop(session)
         self.dirty.discard(session)
-        self.reads_after_drops.discard(session)
+        self.drops.forget(session)
         if not self.serving:
             return
         if session.work_in_flight or self.state.reservations_of(session.conn_id):
-            # Log order follows submit order, so this lands after anything
-            # the connection still had in flight.
-            self.drops_pending.add(session.conn_id)
-            self.batcher.submit((C.DROP_CONN, session.conn_id),
-                                partial(self._drop_done, session.conn_id))
-
-    def _drop_done(self, conn_id: int, result) -> None:
-        self.drops_pending.discard(conn_id)
-        if self.drops_pending or not self.reads_after_drops:
-            return
-        readers, self.reads_after_drops = self.reads_after_drops, set()
-        for session in readers:
-            session.resume_read()
-            self.dirty.add(session)
+            self.drops.drop(self.batcher, session.conn_id)  # lands after what it had in flight
 
     def defer_until_drops_applied(self, session: Session) -> bool:
-        if not self.drops_pending:
-            return False
-        self.reads_after_drops.add(session)  # _drop_done goes on with it
-        return True
+        return self.drops.defer(session)
 
     def unref_tube(self, name: str) -> None:
         forget = self.directory.unref(name, self.state)

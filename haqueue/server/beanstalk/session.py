@@ -591,7 +591,7 @@ class Session(Connection):
             # A connection closed a moment ago and its reservations are on
             # their way back to ready (DROP_CONN in flight): beanstalkd would
             # already have them, so decide (TIMED_OUT, DEADLINE_SOON, wait)
-            # once they are applied (QueueServer._drop_done tries again).
+            # once they are applied (beanstalk/drops.py tries again).
             return False
         # A deadline is stored up to STAMP_RESOLUTION_MS after the moment the
         # client's time-to-run ends (timers.deadline_ms), so that it never
