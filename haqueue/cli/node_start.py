@@ -45,7 +45,8 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
     """NodeOptions for a node on its own: systemd's socket, a Unix socket or host:port."""
     from haqueue.cli import early
     from haqueue.config.replication import ReplicationSettings
-    from haqueue.server.app import Listen, NodeOptions
+    from haqueue.server.app import NodeOptions
+    from haqueue.server.listeners import Listen
 
     early_signals = None
     inherited = systemd_socket()

@@ -58,8 +58,8 @@ DEFAULT_DIR = "/run/haqueue-lab"
 NODE_IDS = ("n1", "n2", "n3")  # the default lab's members; a lab's own are Lab.node_ids
 NODE_COUNTS = (3, 5)  # `lab up --nodes`: the sizes the lab's tests run; Raft wants an odd count
 CLIENT_PORT = 11300
-ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
-GEARMAN_PORT = 4730  # Gearman (server/gearman_service.py): likewise
+ID_PORT = 1200  # the id service on UDP (server/ids/udp.py): the chaos runs check it too
+GEARMAN_PORT = 4730  # Gearman (server/gearman/service.py): likewise
 DISKS = ("ext4", "tmpfs")  # each node's data filesystem (storage.py)
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 

@@ -1,4 +1,4 @@
-"""The bodies of `stats-job`, `stats-tube` and `stats` (haqueue/server/stats.py).
+"""The bodies of `stats-job`, `stats-tube` and `stats` (haqueue/server/beanstalk/stats.py).
 
 Keys and their order are beanstalkd 1.12's (prot.c JOB_STATS_FMT, STATS_TUBE_FMT,
 STATS_FMT); tests/differential compares them with a real beanstalkd where one is
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
-from haqueue.server.stats import COUNTED_COMMANDS, ServerCounters, job_stats, server_stats, tube_stats
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.stats import COUNTED_COMMANDS, ServerCounters, job_stats, server_stats, tube_stats
+from haqueue.server.beanstalk.tubes import TubeDirectory
 
 S = 1_000_000  # the stamp the jobs are put at (ms)
 CONN = 7
