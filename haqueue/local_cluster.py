@@ -1,7 +1,8 @@
-"""A three-node haqueue cluster on loopback: for the demo, the tests and bench.
+"""A haqueue cluster on loopback (three nodes, or five): for the demo, the tests and bench.
 
-Nodes listen on distinct loopback addresses (127.0.0.11, .12, .13 — Linux
-routes all of 127.0.0.0/8 to lo), sharing ports as a real deployment would.
+Nodes listen on distinct loopback addresses (127.0.0.11, .12, .13, and .14,
+.15 for five — Linux routes all of 127.0.0.0/8 to lo), sharing ports as a real
+deployment would.
 Each node is a real `haqueue serve --config FILE --node ID` process with its
 own data directory and log file. Processes are stopped by PID only.
 """

@@ -8,9 +8,9 @@ reads its first command only once the server is loaded, 0.1-0.2 s after exec. So
 listening until the server takes the socket over, a thread watches it: it accepts each
 connection and notes when its first bytes became readable (time.monotonic()'s clock) and
 how many were readable then (FIONREAD). The server takes these connections with the
-listening socket (node_start.py, server/app.py), and a session counts the delays and
+listening socket (node_start.py, server/listeners.py), and a session counts the delays and
 timeouts of the commands complete within those bytes from that moment
-(server/session.py, `arrived_early`): every one of them had arrived by then, so no delay
+(server/beanstalk/session.py, `arrived_early`): every one of them had arrived by then, so no delay
 or timeout ends before it would have with beanstalkd; a command that came later counts
 from when it is read, as any other.
 

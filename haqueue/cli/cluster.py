@@ -40,7 +40,7 @@ def collect(cluster, timeout: float = 0.5, digest: bool = False) -> list[dict]:
 
 @click.group()
 def cluster() -> None:
-    """Look at a whole cluster."""
+    """Look at a whole cluster, and change its members."""
 
 
 @cluster.command("status")
@@ -82,3 +82,15 @@ def align(rows: list[list]) -> list[str]:
     """Rows of cells as text lines, each column left-aligned to its widest cell."""
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _membership_commands() -> None:
+    # add-node, remove-node: their own module (cli/membership.py)
+    from haqueue.cli.membership import add_node, members, remove_node
+
+    cluster.add_command(add_node)
+    cluster.add_command(remove_node)
+    cluster.add_command(members)
+
+
+_membership_commands()

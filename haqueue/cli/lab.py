@@ -1,6 +1,6 @@
-"""`haqueue lab`: the chaos lab — three nodes and keepalived in network namespaces, faults, checks.
+"""`haqueue lab`: the chaos lab — three (or five) nodes and keepalived in network namespaces, faults, checks.
 
-    haqueue lab up       build the namespaces, start haqueue and keepalived, wait for the VIP
+    haqueue lab up [--nodes 5]  build the namespaces, start haqueue and keepalived, wait for the VIP
     haqueue lab status   each node's Raft role, whether it serves, who holds the VIP
     haqueue lab chaos --scenario NAME --runs N --seed S [--json FILE]
     haqueue lab down     stop every lab process, remove every lab namespace
@@ -38,7 +38,7 @@ def _lab(directory: str, prefix: str = "hqlab", **sizes):
 
 @click.group()
 def lab() -> None:
-    """Chaos lab: a 3-node cluster and keepalived in namespaces."""
+    """Chaos lab: a 3-node (or 5-node) cluster and keepalived in namespaces."""
 
 
 @lab.command()
@@ -51,14 +51,16 @@ def lab() -> None:
               help="Size of each node's data filesystem (disk-full scenarios fill it).")
 @click.option("--disk", type=click.Choice(["ext4", "tmpfs"]), default="ext4", show_default=True,
               help="Each node's data filesystem: an ext4 image on a loop device, or a tmpfs.")
-def up(directory: str, prefix: str, journal_size: int, disk_mib: int, disk: str) -> None:
+@click.option("--nodes", type=click.Choice(["3", "5"]), default="3", show_default=True,
+              help="How many haqueue nodes (n1..nN, each with its keepalived, in its own namespace).")
+def up(directory: str, prefix: str, journal_size: int, disk_mib: int, disk: str, nodes: str) -> None:
     """Build the lab, start haqueue and keepalived on each node.
 
     Each node's data directory is its own filesystem of --disk-mib; each node runs
     with a sync-fault shim preloaded (scripts/slow_fsync.c: EIO or a stall on
     demand), so the storage-fault scenarios can reach any node.
     """
-    the_lab = _lab(directory, prefix, journal_size=journal_size, disk_mib=disk_mib, disk=disk)
+    the_lab = _lab(directory, prefix, journal_size=journal_size, disk_mib=disk_mib, disk=disk, nodes=int(nodes))
     if the_lab.is_up:
         raise HaqueueError(f"a lab is already up in {directory}; run `haqueue lab down` first")
     try:
@@ -113,7 +115,8 @@ def down(directory: str) -> None:
               "cut-follower, kill-keepalived, restart-all, rolling-restart; storage faults: disk-full-leader, "
               "disk-full-follower, eio-leader, eio-follower, slowdisk-leader, slowdisk-follower, kill-during-snapshot, "
               "stall-fsync-leader; issue 23's sequence-restarts and sequence-eio; and the one-way "
-              "cut-leader-to-follower; campaign (issue 23's storage campaign), mix (random), all (each in turn), "
+              "cut-leader-to-follower; membership changes (issue 27): replace-node, grow-3-to-5, shrink-5-to-3 "
+              "(by name only); campaign (issue 23's storage campaign), mix (random), all (each in turn), "
               "or several joined by commas "
               "(those in turn; NAME*N: N of it per round, the round shuffled, e.g. "
               "kill-leader*50,restart-all*5,pause-leader*10,partition-leader*10). See haqueue/lab/scenarios.py.")

@@ -53,3 +53,13 @@ def replay(data_dir, uncommitted) -> None:
         click.echo(f"{key}: {counts[key]}")
     click.echo(f"next-id: {state.next_id}")
     click.echo(f"digest: {state.digest()}")
+
+
+def _recover_command() -> None:
+    # node recover --force-new-cluster: beside add-node and remove-node (cli/membership.py)
+    from haqueue.cli.membership import recover
+
+    node.add_command(recover)
+
+
+_recover_command()

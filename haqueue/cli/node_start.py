@@ -45,7 +45,8 @@ def lone_options(listen: str, port: int, data_dir: str | None, policy, max_job_s
     """NodeOptions for a node on its own: systemd's socket, a Unix socket or host:port."""
     from haqueue.cli import early
     from haqueue.config.replication import ReplicationSettings
-    from haqueue.server.app import Listen, NodeOptions
+    from haqueue.server.app import NodeOptions
+    from haqueue.server.listeners import Listen
 
     early_signals = None
     inherited = systemd_socket()
@@ -90,7 +91,7 @@ def run_node(options, user: str | None = None) -> int:
     from haqueue.replication.replica import preload, startup_errors
     from haqueue.server.app import QueueServer
 
-    preload(bool(options.replication.partners))
+    preload(bool(options.replication.partners), options.data_dir)
     # A journal or snapshot this node cannot trust: one line, exit non-zero.
     untrusted = startup_errors()
     if user is not None:

@@ -152,7 +152,7 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
 def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
                           max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None) -> None:
     """Flags given on the command line win over the cluster file's (already in options)."""
-    from haqueue.server.app import TlsFiles
+    from haqueue.server.tls import TlsFiles
     from haqueue.config.limits import parse_reserve, parse_size
 
     limits = options.limits
@@ -192,7 +192,9 @@ def _cluster_options(config_path, node_id, data_dir, policy, max_job_size):
     import dataclasses
 
     from haqueue.config.replication import ReplicationSettings
-    from haqueue.server.app import Listen, NodeOptions, TlsFiles
+    from haqueue.server.app import NodeOptions
+    from haqueue.server.listeners import Listen
+    from haqueue.server.tls import TlsFiles
 
     cluster, me = load_cluster_file(config_path, node_id)
     return NodeOptions(

@@ -1,4 +1,4 @@
-"""`haqueue up`: a three-node cluster on loopback, to see failover without root."""
+"""`haqueue up`: a cluster on loopback (three nodes; --nodes 5 for five), to see failover without root."""
 
 from __future__ import annotations
 
@@ -49,7 +49,9 @@ def up(workdir, nodes, port, fsync_ms, run_for) -> None:
         click.echo(f"leader: {leader.id} — connect a beanstalkd client to {leader.client_endpoint}")
         click.echo(f"or to the cluster's VIP {spec.vip_address}:{spec.client_port}, which the leader "
                    "also serves (on loopback no keepalived is needed to move it)")
-        click.echo(f"try a failover: kill -9 {cluster.nodes[leader.id].process.pid}")
+        majority = len(spec.nodes) // 2 + 1
+        click.echo(f"try a failover: kill -9 {cluster.nodes[leader.id].process.pid} "
+                   f"(the cluster serves while {majority} of its {len(spec.nodes)} nodes run)")
         click.echo(f"status: haqueue cluster status --config {cluster.config_path}")
         current = leader.id
         started = time.monotonic()

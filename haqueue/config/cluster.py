@@ -143,8 +143,8 @@ class Node:
     raft_port: int = DEFAULT_RAFT_PORT
     admin_port: int = DEFAULT_ADMIN_PORT
     data_dir: str | None = None
-    id_port: int = 0  # UDP, the id service (server/ids_udp.py); 0: off
-    gearman_port: int = 0  # TCP, Gearman (server/gearman_service.py); 0: off
+    id_port: int = 0  # UDP, the id service (server/ids/udp.py); 0: off
+    gearman_port: int = 0  # TCP, Gearman (server/gearman/service.py); 0: off
 
     @property
     def raft_endpoint(self) -> str:

@@ -10,7 +10,7 @@ Rules.
   the Raft log and is answered once committed (I1). It first names itself
   (`haqueue-operator console`, haqueue's one extension; beanstalkd answers
   UNKNOWN_COMMAND, which is fine), so the node records each change it makes
-  as an event (server/operator_events.py).
+  as an event (server/beanstalk/operator_events.py).
 - Retried on another node: anything that broke before a change was sent
   (connect, `use`, reads). Never retried: a change whose reply was lost; its
   outcome is unknown (OutcomeUnknown), because a put sent twice is two jobs.

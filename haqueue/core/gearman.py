@@ -43,14 +43,12 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from haqueue.core.results import DONE, NO_JOB, NOT_FOUND, QUEUE_FULL, REQUEUED, Tag
+
 HIGH, NORMAL, LOW = 0, 1, 2
 QUEUED, RUNNING = "queued", "running"
 HANDLE_PREFIX = "H:haqueue:"
 
-NO_JOB = ("NO_JOB",)
-QUEUE_FULL = ("QUEUE_FULL",)
-NOT_FOUND = ("NOT_FOUND",)
-DONE = ("OK",)
 
 
 class GearmanJob:
@@ -123,7 +121,7 @@ class GearmanState:
 
     def submit(self, function: str, unique: bytes, data: bytes, priority: int, background: bool,
                run_at: int, client: int, now: int, as_gearmand: bool = False) -> tuple:
-        """("CREATED", handle) — the existing job's handle when the unique id matches — or QUEUE_FULL.
+        """(CREATED, handle) — the existing job's handle when the unique id matches — or QUEUE_FULL.
 
         as_gearmand (GM_SUBMIT_KEEP; GM_SUBMIT, logged before it, keeps its old meaning):
         a background submission that coalesces with a foreground job makes that job
@@ -142,7 +140,7 @@ class GearmanState:
                     # submitted twice is told twice (GET_STATUS_UNIQUE counts both).
                     job.clients.append(client)
                     self._hold(client, handle)
-                return ("CREATED", handle)
+                return (Tag.CREATED, handle)
         fn = self._function(function)
         if fn.max_queue and fn.queued + (fn.running if as_gearmand else 0) >= fn.max_queue:
             return QUEUE_FULL
@@ -162,7 +160,7 @@ class GearmanState:
             fn.queued += 1
             fn.queues[priority].append(handle)
             self.woken.add(function)
-        return ("CREATED", handle)
+        return (Tag.CREATED, handle)
 
     def _hold(self, conn: int, handle: str) -> None:
         held = self._held.get(conn)
@@ -186,7 +184,7 @@ class GearmanState:
         self.woken.add(job.function)
 
     def grab(self, worker: int, functions: tuple[str, ...], now: int) -> tuple:
-        """A job for this worker: ("ASSIGN", handle, function, unique, data), or NO_JOB.
+        """A job for this worker: (ASSIGN, handle, function, unique, data), or NO_JOB.
         As gearmand: the first of the worker's functions (in the order given: the
         front end passes its newest ability first, as gearmand keeps them) that has a
         queued job, and in it the most urgent, oldest first."""
@@ -205,7 +203,7 @@ class GearmanState:
                     self._hold(worker, handle)
                     fn.queued -= 1
                     fn.running += 1
-                    return ("ASSIGN", handle, job.function, job.unique, job.data)
+                    return (Tag.ASSIGN, handle, job.function, job.unique, job.data)
         return NO_JOB
 
     def work_status(self, worker: int, handle: str, numerator: int, denominator: int) -> tuple:
@@ -213,20 +211,20 @@ class GearmanState:
         if job is None:
             return NOT_FOUND
         job.numerator, job.denominator = numerator, denominator
-        return ("STATUS", tuple(job.clients))
+        return (Tag.STATUS, tuple(job.clients))
 
     def finish(self, worker: int, handle: str) -> tuple:
-        """WORK_COMPLETE, WORK_FAIL, WORK_EXCEPTION: the job ends; ("ENDED", clients to tell)."""
+        """WORK_COMPLETE, WORK_FAIL, WORK_EXCEPTION: the job ends; (ENDED, clients to tell)."""
         job = self._running_for(worker, handle)
         if job is None:
             return NOT_FOUND
         self._remove(job)
-        return ("ENDED", tuple(job.clients))
+        return (Tag.ENDED, tuple(job.clients))
 
     def requeue(self, worker: int, handle: str) -> tuple:
         """The worker ran out of its CAN_DO_TIMEOUT: its job goes back to the end of its
         queue, as when the worker goes away (gearmand 1.1.20 does the same); the worker's
-        late result then finds no job. ("REQUEUED",) or NOT_FOUND."""
+        late result then finds no job. REQUEUED or NOT_FOUND."""
         job = self._running_for(worker, handle)
         if job is None:
             return NOT_FOUND
@@ -237,7 +235,7 @@ class GearmanState:
         job.state, job.worker = QUEUED, None
         job.numerator = job.denominator = 0
         self._enqueue(job, at_head=False)
-        return ("REQUEUED",)
+        return REQUEUED
 
     def _running_for(self, worker: int, handle: str) -> GearmanJob | None:
         job = self.jobs.get(handle)

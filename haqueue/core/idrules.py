@@ -17,7 +17,7 @@ rendering injective, which is what keeps ids unique once counters are:
    until the time part repeats: y1 10 years, yy 100) at least one cycle;
 4. 0 <= min_counter < max_counter < 2**63, and an id is at most 64 characters.
 
-A rule also says how its ids are handed out (core/ids.py, server/ids_udp.py):
+A rule also says how its ids are handed out (core/ids.py, server/ids/udp.py):
 `exact`, one committed reservation per id, or `segment`, blocks of `segment`
 values committed ahead and served from the leader's memory.
 
@@ -39,7 +39,8 @@ from typing import NamedTuple
 
 MAX_ID_LENGTH = 64
 MAX_COUNTER = 2**63 - 1
-MODES = ("exact", "segment")
+EXACT, SEGMENT = "exact", "segment"  # how a rule hands out its ids (docs/id-service.md)
+MODES = (EXACT, SEGMENT)
 MAX_SEGMENT = 100_000  # values per block: a failover wastes up to two blocks per key
 DEFAULT_SEGMENT = 1_000
 SAMPLE_CYCLES = 1000
@@ -252,9 +253,9 @@ def _validated(rule: IdRule) -> tuple[Token, ...]:
         raise fail("reset_seconds cannot be negative")
     if rule.mode not in MODES:
         raise fail(f"mode {rule.mode!r} is not one of {', '.join(MODES)}")
-    if rule.mode == "segment" and not 1 <= rule.segment <= MAX_SEGMENT:
+    if rule.mode == SEGMENT and not 1 <= rule.segment <= MAX_SEGMENT:
         raise fail(f"segment {rule.segment} is out of range 1..{MAX_SEGMENT}")
-    if rule.mode == "exact" and rule.segment:
+    if rule.mode == EXACT and rule.segment:
         raise fail("segment is for mode = \"segment\" only")
     try:
         tokens = parse_template(rule.format)

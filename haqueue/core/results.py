@@ -11,10 +11,16 @@ is the cheapest thing Python builds. The shapes:
     (RESERVED, first, count, step, now_ms)  id-reserve (core/ids.py)
     (EXHAUSTED, cycle_end_ms | None)        id-reserve past the cycle's last value
     (RULES_REFUSED, problem)                id-set-rules that could repeat ids (core/ids.py)
+    (CREATED, handle)                       a Gearman submission (core/gearman.py)
+    (ASSIGN, handle, function, unique, data)  a Gearman grab that found a job
+    (STATUS, clients)                       a Gearman WORK_STATUS, to forward to its clients
+    (ENDED, clients)                        a Gearman WORK_COMPLETE/FAIL/EXCEPTION, likewise
 
 and the results without values below, one shared tuple each. The server maps
-them to bytes in server/replies.py; the tags are the protocol's words, so a
-test can still write ("INSERTED", 1).
+them to bytes in server/beanstalk/replies.py (the Gearman ones in server/gearman/session.py;
+the id service's in server/ids/udp.py); the tags are the protocol's words, so a
+test can still write ("INSERTED", 1). The server compares tags by these names, never as
+string literals.
 """
 
 from __future__ import annotations
@@ -41,6 +47,13 @@ class Tag:
     TOO_MANY_APPS = "TOO_MANY_APPS"
     BAD_ARGUMENTS = "BAD_ARGUMENTS"
     RULES_REFUSED = "RULES_REFUSED"
+    # Gearman (core/gearman.py)
+    CREATED = "CREATED"
+    ASSIGN = "ASSIGN"
+    STATUS = "STATUS"
+    ENDED = "ENDED"
+    REQUEUED = "REQUEUED"
+    QUEUE_FULL = "QUEUE_FULL"
 
 
 NOT_FOUND = (Tag.NOT_FOUND,)
@@ -56,3 +69,5 @@ INTERNAL_ERROR = (Tag.INTERNAL_ERROR,)  # a command no server should send, or a 
 UNKNOWN_RULE = (Tag.UNKNOWN_RULE,)
 TOO_MANY_APPS = (Tag.TOO_MANY_APPS,)
 BAD_ARGUMENTS = (Tag.BAD_ARGUMENTS,)
+QUEUE_FULL = (Tag.QUEUE_FULL,)  # a Gearman submission beyond the function's queue limit
+REQUEUED = (Tag.REQUEUED,)  # a Gearman job back in its queue (CAN_DO_TIMEOUT ran out)

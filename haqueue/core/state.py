@@ -550,7 +550,7 @@ class QueueState:
                 type(f) is not str for f in functions):
             return self._malformed()
         if conn >> 32 < self.conn_epoch_floor:
-            return G.NO_JOB  # a dead leader's worker (as _reserve_cmd)
+            return NO_JOB  # a dead leader's worker (as _reserve_cmd)
         return self.gearman.grab(conn, tuple(functions), now)
 
     def _gm_work_status(self, cmd: tuple, now: int) -> tuple:

@@ -55,10 +55,11 @@ from haqueue.lab import storage, topology
 from haqueue.lab.topology import LabState
 
 DEFAULT_DIR = "/run/haqueue-lab"
-NODE_IDS = ("n1", "n2", "n3")
+NODE_IDS = ("n1", "n2", "n3")  # the default lab's members; a lab's own are Lab.node_ids
+NODE_COUNTS = (3, 5)  # `lab up --nodes`: the sizes the lab's tests run; Raft wants an odd count
 CLIENT_PORT = 11300
-ID_PORT = 1200  # the id service on UDP (server/ids_udp.py): the chaos runs check it too
-GEARMAN_PORT = 4730  # Gearman (server/gearman_service.py): likewise
+ID_PORT = 1200  # the id service on UDP (server/ids/udp.py): the chaos runs check it too
+GEARMAN_PORT = 4730  # Gearman (server/gearman/service.py): likewise
 DISKS = ("ext4", "tmpfs")  # each node's data filesystem (storage.py)
 KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
 
@@ -89,8 +90,8 @@ def cluster_text(state: LabState, script_dir: str) -> str:
         f'secret = "lab-{secrets.token_hex(8)}"',
         "",
     ]
-    for i, node_id in enumerate(NODE_IDS):
-        lines += ["[[nodes]]", f'id = "{node_id}"', f'address = "{state.node_address(i)}"',
+    for i, node_id in enumerate(state.nodes):
+        lines += ["[[nodes]]", f'id = "{node_id}"', f'address = "{state.node_address(node_id)}"',
                   f'interface = "{topology.IFNAME}"', f"priority = {150 - 10 * i}", ""]
     lines += [
         # The id workload asks both modes: the built-in `counter` (exact) and this one.
@@ -135,7 +136,7 @@ class NodeView:
 class Lab:
     def __init__(self, directory: str | Path = DEFAULT_DIR, prefix: str = "hqlab",
                  subnet: str = topology.DEFAULT_SUBNET, journal_size: int | None = None,
-                 disk_mib: int | None = None, disk: str | None = None) -> None:
+                 disk_mib: int | None = None, disk: str | None = None, nodes: int | None = None) -> None:
         self.dir = Path(directory)
         loaded = LabState.load(self.dir) if (self.dir / topology.STATE_NAME).exists() else None
         self.state = loaded or LabState(dir=str(self.dir), prefix=prefix, subnet=subnet)
@@ -148,10 +149,19 @@ class Lab:
                 if disk not in DISKS:
                     raise ValueError(f"--disk: {disk!r} is not one of {', '.join(DISKS)}")
                 self.state.disk = disk
+            if nodes is not None:
+                if nodes not in NODE_COUNTS:
+                    raise ValueError(f"--nodes: {nodes} is not one of {', '.join(map(str, NODE_COUNTS))}")
+                self.state.nodes = [f"n{k}" for k in range(1, nodes + 1)]
         self.children: dict[str, subprocess.Popen] = {}  # processes this Python process started
         self.rounds: dict[str, int] = {}  # scenario -> faults of it injected by this process (alternation)
 
     # -------------------------------------------------------------- paths
+    @property
+    def node_ids(self) -> list[str]:
+        """The cluster's members as the lab runs them (n1..nN, or as membership changes left them)."""
+        return list(self.state.nodes)
+
     @property
     def config_path(self) -> Path:
         return self.dir / "cluster.toml"
@@ -190,7 +200,7 @@ class Lab:
         # into it, and its logs start empty so they describe this lab alone.
         for old in ("data", "disks", "logs", "run", "sync-control"):
             if old == "data":
-                for node_id in NODE_IDS:  # a disk a crashed lab left (not in any state file now)
+                for node_id in self.node_ids:  # a disk a crashed lab left (not in any state file now)
                     storage.unmount(self.data_dir(node_id))
                 storage.unmount(self.dir / "data")
             shutil.rmtree(self.dir / old, ignore_errors=True)
@@ -198,31 +208,35 @@ class Lab:
         self.state.save()
         self.keepalived_dir.mkdir(exist_ok=True)
         self.config_path.write_text(cluster_text(self.state, str(self.keepalived_dir)))
-        self._render_keepalived()
+        self.render_keepalived()
         storage.build_shim(self.dir)
         shared = self.dir / "data"
         self.state.mounts.append(str(shared))
         self.state.save()  # recorded before it exists, as the disks are; unmounted after them
         storage.make_shared_mount(shared)
-        for node_id in NODE_IDS:
-            path = self.data_dir(node_id)
-            self.state.mounts.append(str(path))
-            self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
-            if self.state.disk == "tmpfs":
-                storage.mount_tmpfs(path, self.state.disk_mib)
-            else:
-                storage.mount_ext4(path, self.dir / "disks" / f"{node_id}.img", self.state.disk_mib)
-        topology.build(self.state, list(NODE_IDS))
-        for node_id in NODE_IDS:
+        for node_id in self.node_ids:
+            self.mount_disk(node_id)
+        topology.build(self.state, self.node_ids)
+        for node_id in self.node_ids:
             self.start_node(node_id)
         leader = wait_for(self.leader, timeout, step=0.05)
         if leader is None:
             raise LabError(f"no Raft leader within {timeout:g} s; logs in {self.dir / 'logs'}")
-        for node_id in NODE_IDS:
+        for node_id in self.node_ids:
             self.start_keepalived(node_id)
         self.wait_stable(timeout)
 
-    def _render_keepalived(self) -> None:
+    def mount_disk(self, node_id: str) -> None:
+        """The node's data directory as its own filesystem of disk_mib (at `up`, or for a joining node)."""
+        path = self.data_dir(node_id)
+        self.state.mounts.append(str(path))
+        self.state.save()  # recorded before it exists: `down` unmounts whatever a crash left
+        if self.state.disk == "tmpfs":
+            storage.mount_tmpfs(path, self.state.disk_mib)
+        else:
+            storage.mount_ext4(path, self.dir / "disks" / f"{node_id}.img", self.state.disk_mib)
+
+    def render_keepalived(self) -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "haqueue", "ops", "gen-keepalived", "--config", str(self.config_path),
              "-o", str(self.keepalived_dir)],
@@ -311,6 +325,13 @@ class Lab:
         if record is None or not self._signal_record(record, sig):
             raise LabError(f"{name} is not running")
 
+    def signal_once(self, name: str, sig: int) -> None:
+        """Signal the recorded process alone, not its group (keepalived reloads on a SIGHUP to its
+        parent; its VRRP child and check scripts must not get one of their own)."""
+        record = self.state.processes.get(name)
+        if record is None or not self._signal_record({**record, "group": False}, sig):
+            raise LabError(f"{name} is not running")
+
     def kill_group(self, name: str) -> None:
         """SIGKILL a process and everything in its process group (a node and its snapshot
         writer), as a power cut or systemd's cgroup kill would: nothing of it outlives it."""
@@ -368,8 +389,7 @@ class Lab:
 
     # ------------------------------------------------------------ queries
     def node_status(self, node_id: str, timeout: float = 0.3) -> dict | None:
-        index = NODE_IDS.index(node_id)
-        address = self.state.node_address(index)
+        address = self.state.node_address(node_id)
         port = self.cluster.node(node_id).admin_port
         try:
             return topology.in_namespace(self.state.client_ns, admin_client.status, address, port, timeout)
@@ -378,31 +398,31 @@ class Lab:
 
     def vip_holders(self) -> list[str]:
         vip = self.state.vip
-        return [n for n in NODE_IDS if vip in topology.addresses(self.state.node_ns(n))]
+        return [n for n in self.node_ids if vip in topology.addresses(self.state.node_ns(n))]
 
     def view(self) -> list[NodeView]:
         holders = set(self.vip_holders())
         return [
             NodeView(
-                id=n, ns=self.state.node_ns(n), address=self.state.node_address(i),
+                id=n, ns=self.state.node_ns(n), address=self.state.node_address(n),
                 haqueue_alive=self.alive(n), keepalived_alive=self.alive(f"keepalived-{n}"),
                 holds_vip=n in holders, status=self.node_status(n) if self.alive(n) else None,
             )
-            for i, n in enumerate(NODE_IDS)
+            for n in self.node_ids
         ]
 
     def leader(self, exclude: str | None = None) -> str | None:
         """The one node serving clients, if exactly one does."""
-        serving = [n for n in NODE_IDS if n != exclude and self.alive(n)
+        serving = [n for n in self.node_ids if n != exclude and self.alive(n)
                    and (self.node_status(n) or {}).get("serving")]
         return serving[0] if len(serving) == 1 else None
 
     def stable(self) -> str | None:
         """The leader's id when the lab is whole: every process up, one serving leader,
         the others following and caught up, and the VIP on the leader alone."""
-        if not all(self.alive(n) and self.alive(f"keepalived-{n}") for n in NODE_IDS):
+        if not all(self.alive(n) and self.alive(f"keepalived-{n}") for n in self.node_ids):
             return None
-        statuses = {n: self.node_status(n) for n in NODE_IDS}
+        statuses = {n: self.node_status(n) for n in self.node_ids}
         if any(s is None for s in statuses.values()):
             return None
         leaders = [n for n, s in statuses.items() if s.get("serving")]

@@ -7,7 +7,7 @@ in format_report.
 
 from __future__ import annotations
 
-from haqueue.lab import checker
+from haqueue.lab import checker, member_scenarios
 from haqueue.lab.scenarios import FOLLOWER_FAULTS
 
 
@@ -128,6 +128,7 @@ def format_report(report: dict) -> str:
             lines.append(row("all", ids["failover"]))
     for node, found in sorted(report.get("log_warnings", {}).items()):
         lines.append(f"  {node} log: " + ", ".join(f"{w!r} x{n}" for w, n in sorted(found.items())))
+    lines += member_scenarios.report_lines(report["faults"])
     lines.append(f"  VIP held by {report['vip_holders']}, Raft leader {report['leader']}")
     for error in report["errors"]:
         lines.append(f"  error: {error}")

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from haqueue.lab import checker, idchecker
-from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
+from haqueue.lab.lab import Lab, LabError, wait_for
 from haqueue.lab.report import by_scenario, failover_by_scenario
-from haqueue.lab.scenarios import CAMPAIGN, CHOICES, RECOVERY_TIMEOUT, SCENARIOS, elapsed
+from haqueue.lab.scenarios import CAMPAIGN, CHOICES, MEMBERSHIP, RECOVERY_TIMEOUT, SCENARIOS, elapsed
 from haqueue.lab.workload import TTR as workload_ttr
 
 
@@ -47,7 +47,8 @@ def unknown(scenario: str) -> list[str]:
         return []
     if scenario == "campaign":
         return []
-    return [name for name in (_counted(item)[0] for item in scenario.split(",")) if name not in SCENARIOS]
+    return [name for name in (_counted(item)[0] for item in scenario.split(","))
+            if name not in SCENARIOS and name not in MEMBERSHIP]
 
 
 def plan(scenario: str, runs: int, rng: random.Random) -> list[str]:
@@ -147,7 +148,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         if made.returncode != 0:
             raise LabError(f"could not put the ballast: {made.stdout.strip()} {made.stderr.strip()[-300:]}")
     started = time.monotonic()
-    log_start = {n: _size(lab.log_path(n)) for n in NODE_IDS}
+    log_start = {n: _size(lab.log_path(n)) for n in lab.node_ids}
     log = open(out_dir / "workload.log", "ab")
     timeout_args = ["--op-timeout", str(client_timeout)] if client_timeout else []
     workload = subprocess.Popen(_workload(lab, "run", history, *timeout_args), stdout=log, stderr=subprocess.STDOUT,
@@ -172,7 +173,7 @@ def run_chaos(lab: Lab, scenario: str, runs: int, seed: int, out_dir: Path | Non
         for i, name in enumerate(faults_planned):
             time.sleep(rng.uniform(1.0, 2.0))  # undisturbed load between faults: part of the scenario
             try:
-                fault = SCENARIOS[name](lab, rng)
+                fault = (SCENARIOS.get(name) or MEMBERSHIP[name])(lab, rng)
             except LabError as exc:
                 # Keep what was recorded: the drain and the check still run.
                 errors.append(f"{name} #{i + 1}: {exc}")
@@ -287,7 +288,9 @@ def _size(path: Path) -> int:
 
 def _log_warnings(lab: Lab, start: dict[str, int]) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = {}
-    for node in NODE_IDS:
+    # Every node that logged: also one a membership change added and removed during the run.
+    logged = {p.stem for p in (lab.dir / "logs").glob("n*.log")}
+    for node in sorted(set(start) | set(lab.node_ids) | logged):
         try:
             with open(lab.log_path(node), "rb") as f:
                 f.seek(start.get(node, 0))

@@ -24,7 +24,7 @@ Scenarios (each a function of the lab and a seeded random source):
                      leading at its term (pre-vote: it should)
   kill-keepalived    SIGKILL keepalived on the leader; restart it 1 s later (as
                      the generated unit's Restart= would)
-  restart-all        SIGKILL all three haqueue nodes, start them again (durable -f0)
+  restart-all        SIGKILL every haqueue node, start them again (durable -f0)
   rolling-restart    SIGTERM and restart each node in turn, followers first,
                      each caught up before the next
 Storage faults (storage.py: each node's data directory is a small filesystem, each
@@ -64,6 +64,9 @@ the fault records how long that took, its exit status and that line:
   campaign           issue 23's storage campaign: each storage fault on the
                      leader and on a follower, snapshot kills, both sequences
                      (10 faults a round, shuffled)
+Membership changes (member_scenarios.py, issue 27; by name only, not in mix or all):
+  replace-node, grow-3-to-5, shrink-5-to-3  add-node/remove-node under load,
+                     with the leader killed during the change
   mix                each fault drawn at random from all of them
   all                each of them in turn (a plan of runs x 14 faults)
   A,B,...            the named ones in turn (runs x their number)
@@ -80,8 +83,8 @@ import subprocess
 import sys
 import time
 
-from haqueue.lab import storage, topology
-from haqueue.lab.lab import NODE_IDS, Lab, LabError, wait_for
+from haqueue.lab import member_scenarios, storage, topology
+from haqueue.lab.lab import Lab, LabError, wait_for
 
 RECOVERY_TIMEOUT = 30.0
 
@@ -191,14 +194,14 @@ def _cut_leader_and_a_follower(lab: Lab, rng: random.Random, name: str, both_way
     """Blackhole the leader's packets to a random follower (and the follower's back, if
     both_ways) for 2-4 s; record whether the leader kept leading at its term."""
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    follower = rng.choice([n for n in lab.node_ids if n != leader])
     hold = round(rng.uniform(2.0, 4.0), 2)
     before = lab.node_status(leader) or {}
     fault = _fault(name, leader, follower=follower, partition_s=hold)
     state = lab.state
-    cuts = [(state.node_ns(leader), state.node_address(NODE_IDS.index(follower)))]
+    cuts = [(state.node_ns(leader), state.node_address(follower))]
     if both_ways:
-        cuts.append((state.node_ns(follower), state.node_address(NODE_IDS.index(leader))))
+        cuts.append((state.node_ns(follower), state.node_address(leader)))
     fault["leader_kept"] = _blackholed_leader_kept(lab, leader, before, cuts, fault["t"] + hold)
     return fault
 
@@ -218,18 +221,18 @@ def kill_keepalived(lab: Lab, rng: random.Random) -> dict:
 def restart_all(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     fault = _fault("restart-all", leader)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.signal(node_id, signal.SIGKILL)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.wait_exit(node_id)
-    for node_id in NODE_IDS:
+    for node_id in lab.node_ids:
         lab.start_node(node_id)
     return fault
 
 
 def rolling_restart(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    followers = [n for n in NODE_IDS if n != leader]
+    followers = [n for n in lab.node_ids if n != leader]
     rng.shuffle(followers)
     fault = _fault("rolling-restart", leader, order=followers + [leader])
     for node_id in followers + [leader]:
@@ -286,7 +289,7 @@ def disk_full_leader(lab: Lab, rng: random.Random) -> dict:
 
 def disk_full_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    follower = rng.choice([n for n in NODE_IDS if n != leader])
+    follower = rng.choice([n for n in lab.node_ids if n != leader])
     return _disk_full(lab, "disk-full-follower", follower, leader)
 
 
@@ -302,7 +305,7 @@ def eio_leader(lab: Lab, rng: random.Random) -> dict:
 
 def eio_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    node = rng.choice([n for n in NODE_IDS if n != leader])
+    node = rng.choice([n for n in lab.node_ids if n != leader])
     fault = _fault("eio-follower", node, leader=leader)
     storage.fail_syncs(lab.dir, node)
     _await_storage_death(lab, node, fault)
@@ -332,7 +335,7 @@ def slow_disk_leader(lab: Lab, rng: random.Random) -> dict:
 
 def slow_disk_follower(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    return _slow_disk(lab, "slowdisk-follower", rng.choice([n for n in NODE_IDS if n != leader]), leader)
+    return _slow_disk(lab, "slowdisk-follower", rng.choice([n for n in lab.node_ids if n != leader]), leader)
 
 
 def _leaderless(lab: Lab, until: float) -> float:
@@ -386,7 +389,7 @@ def sequence_restarts(lab: Lab, rng: random.Random) -> dict:
     lab.signal(old, signal.SIGKILL)
     lab.wait_exit(old)
     leader = _served_again(lab, fault, step)
-    slow = next(n for n in NODE_IDS if n not in (leader, old))
+    slow = next(n for n in lab.node_ids if n not in (leader, old))
     step = _step(lab, fault, "slow disk 5 s, the old leader down", slow)
     storage.set_fsync_stall(lab.dir, slow, SLOW_SYNC_US)
     try:
@@ -398,7 +401,7 @@ def sequence_restarts(lab: Lab, rng: random.Random) -> dict:
     lab.start_node(old)
     _served_again(lab, fault, step)
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
-    full = rng.choice([n for n in NODE_IDS if n != leader])
+    full = rng.choice([n for n in lab.node_ids if n != leader])
     step = _step(lab, fault, "disk full, restart", full)
     try:
         storage.fill(lab.data_dir(full))
@@ -457,7 +460,7 @@ def kill_during_snapshot(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     n = lab.rounds.get("kill-during-snapshot", 0)
     lab.rounds["kill-during-snapshot"] = n + 1
-    node = leader if n % 2 == 0 else rng.choice([x for x in NODE_IDS if x != leader])
+    node = leader if n % 2 == 0 else rng.choice([x for x in lab.node_ids if x != leader])
     # leader/writing, follower/renamed, leader/renamed, follower/writing, ...: two faults
     # already cover both roles and both moments, four every pairing.
     moment = "writing" if n % 4 in (0, 3) else "renamed"
@@ -534,7 +537,10 @@ SCENARIOS = {
     "sequence-eio": sequence_eio,
 }
 FOLLOWER_FAULTS = ("disk-full-follower", "eio-follower")  # clients must see nothing
-CHOICES = (*SCENARIOS, "mix", "all", "campaign")
+# Membership changes (issue 27, member_scenarios.py): by name only, never in mix or all,
+# which would change the cluster's size under the other scenarios.
+MEMBERSHIP = member_scenarios.SCENARIOS
+CHOICES = (*SCENARIOS, *MEMBERSHIP, "mix", "all", "campaign")
 
 
 STORAGE_SCENARIOS = ("disk-full-leader", "disk-full-follower", "eio-leader", "eio-follower", "slowdisk-leader",

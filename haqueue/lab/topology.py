@@ -3,7 +3,8 @@
 Layout (PREFIX defaults to `hqlab`; every name is recorded before it exists):
 
     PREFIX-sw      switch namespace: bridge br0, one port per other namespace
-    PREFIX-n1..n3  node namespaces: lo, eth1 (veth to br0) with the node address
+    PREFIX-n1..nN  node namespaces (three by default, five with --nodes 5): lo,
+                   eth1 (veth to br0) with the node address, 198.18.0.(10+K) for nK
     PREFIX-client  client namespace: lo, eth1 with the client address
 
 Rules:
@@ -33,7 +34,8 @@ from pyroute2 import IPRoute, netns
 
 LAB_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")  # RFC 2544 benchmark range
 DEFAULT_SUBNET = "198.18.0"
-NODE_HOSTS = (11, 12, 13)
+NODE_HOST_BASE = 10  # node nK is SUBNET.(10+K): n1 .11, n2 .12, ... below the client's .50
+MAX_NODE = 39  # n39 is .49, the last host below the client
 CLIENT_HOST = 50
 VIP_HOST = 100
 IFNAME = "eth1"
@@ -50,6 +52,8 @@ class LabState:
     prefix: str = "hqlab"
     subnet: str = DEFAULT_SUBNET
     namespaces: list[str] = field(default_factory=list)
+    # The cluster's members, each in its own namespace (membership changes add and remove them)
+    nodes: list[str] = field(default_factory=lambda: ["n1", "n2", "n3"])
     # process name ("n1", "keepalived-n1", "workload") -> {"pid", "started", "group"}
     processes: dict[str, dict] = field(default_factory=dict)
     # data filesystem mount points (each node's data directory, storage.py), recorded before mounting
@@ -90,8 +94,8 @@ class LabState:
     def node_ns(self, node_id: str) -> str:
         return f"{self.prefix}-{node_id}"
 
-    def node_address(self, index: int) -> str:
-        return f"{self.subnet}.{NODE_HOSTS[index]}"
+    def node_address(self, node_id: str) -> str:
+        return f"{self.subnet}.{NODE_HOST_BASE + node_number(node_id)}"
 
     @property
     def client_address(self) -> str:
@@ -100,6 +104,14 @@ class LabState:
     @property
     def vip(self) -> str:
         return f"{self.subnet}.{VIP_HOST}"
+
+
+def node_number(node_id: str) -> int:
+    """K of a lab node id nK; the lab names its nodes n1, n2, ... and nothing else."""
+    number = node_id[1:]
+    if not (node_id.startswith("n") and number.isdigit() and 1 <= int(number) <= MAX_NODE):
+        raise ValueError(f"lab node id {node_id!r}: expected n1 to n{MAX_NODE}")
+    return int(number)
 
 
 def check_subnet(subnet: str) -> None:
@@ -151,12 +163,17 @@ def build(state: LabState, node_ids: list[str]) -> None:
         _up(sw, "lo")
         sw.link("add", ifname=BRIDGE, kind="bridge")
         _up(sw, BRIDGE)
-    for i, node_id in enumerate(node_ids):
-        ns = state.node_ns(node_id)
-        _add_namespace(state, ns)
-        _attach(state, ns, f"p-{node_id}", state.node_address(i))
+    for node_id in node_ids:
+        add_node(state, node_id)
     _add_namespace(state, state.client_ns)
     _attach(state, state.client_ns, "p-client", state.client_address)
+
+
+def add_node(state: LabState, node_id: str) -> None:
+    """A node namespace wired to the switch (at `build`, or later for a node that joins)."""
+    ns = state.node_ns(node_id)
+    _add_namespace(state, ns)
+    _attach(state, ns, f"p-{node_id}", state.node_address(node_id))
 
 
 def destroy(state: LabState) -> list[str]:

@@ -3,7 +3,7 @@
 One JSON object per datagram (docs/id-service.md, "Wire protocol (UDP)"). `parse` turns a
 datagram into a GetId, a Monitor, a BadRequest (the reply is an error) or
 None (no reply at all); the reply builders turn results into bytes. No
-socket, no clock: the UDP and HTTP front ends (server/ids_udp.py,
+socket, no clock: the UDP and HTTP front ends (server/ids/udp.py,
 server/admin.py) own the I/O.
 
 Bounds, and why:
@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from haqueue.core.idrules import civil
@@ -46,6 +47,26 @@ CREATE_ACTIONS = ("get", "create")
 # Bytes an app_name may not hold: id_server's set (0-32 and ! " # % & ' < >)
 # plus backslash and DEL.
 _FORBIDDEN_APP_BYTES = frozenset(range(33)) | frozenset(b"!\"#%&'<>\\\x7f")
+
+
+class Outcome(StrEnum):
+    """What an id request came to: OK, or the error its reply names (`"error": ...`), in the
+    wire's words. The server's front ends hand it on with the reply's bytes (the admin port
+    maps it to an HTTP status) and compare outcomes by these names, never as literals."""
+
+    OK = "ok"
+    BAD_REQUEST = "bad_request"
+    UNKNOWN_ACTION = "unknown_action"
+    UNKNOWN_RULE = "unknown_rule"
+    NOT_EXIST = "not_exist"
+    EXHAUSTED = "exhausted"
+    TOO_MANY_APPS = "too_many_apps"
+    NOT_LEADER = "not_leader"
+    DISK_FULL = "disk_full"  # below the leader's disk reserve (server/disk_reserve.py)
+    NO_JOURNAL = "no_journal"  # GET /id/ on a node without a data directory
+    UNAVAILABLE = "unavailable"  # GET /id/ whose outcome is unknown: retry
+
+
 NO_SEQ = object()  # the request carried no seq: none is echoed
 
 
@@ -68,7 +89,7 @@ class Monitor:
 
 @dataclass(frozen=True)
 class BadRequest:
-    error: str  # "bad_request" or "unknown_action"
+    error: Outcome  # BAD_REQUEST or UNKNOWN_ACTION
     message: str
     seq: Any = NO_SEQ
 
@@ -138,29 +159,29 @@ def parse(datagram: bytes) -> Request | None:
         return None
     seq, seq_ok = _seq_of(obj)
     if not seq_ok:
-        return BadRequest("bad_request", "bad seq")
+        return BadRequest(Outcome.BAD_REQUEST, "bad seq")
     action = obj.get("action")
     if type(action) is not str:
-        return BadRequest("bad_request", "need action", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "need action", seq)
     if action not in CREATE_ACTIONS and action != "monitor":
-        return BadRequest("unknown_action", "unknown action", seq)
+        return BadRequest(Outcome.UNKNOWN_ACTION, "unknown action", seq)
     return check_fields(action, obj.get("rule_name"), obj.get("app_name"), obj.get("salt"), seq)
 
 
 def check_fields(action: str, rule: Any, app: Any, salt: Any = None, seq: Any = NO_SEQ) -> Request:
     """The field rules shared by UDP and the HTTP form (`GET /id/{rule}/{app}`)."""
     if rule is None:
-        return BadRequest("bad_request", "need rule_name", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "need rule_name", seq)
     if not _name_ok(rule):
-        return BadRequest("bad_request", "bad rule_name", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "bad rule_name", seq)
     if app is None:
-        return BadRequest("bad_request", "need app_name", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "need app_name", seq)
     if not app_name_ok(app):
-        return BadRequest("bad_request", "bad app_name", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "bad app_name", seq)
     if action == "monitor":
         return Monitor(rule, app, seq)
     if salt is not None and (type(salt) is not str or not salt.isascii() or len(salt) > MAX_SALT):
-        return BadRequest("bad_request", "bad salt", seq)
+        return BadRequest(Outcome.BAD_REQUEST, "bad salt", seq)
     return GetId(action, rule, app, salt, seq)
 
 
@@ -258,7 +279,7 @@ def monitor_reply(request: Monitor, report: dict) -> bytes:
         data.popitem()
 
 
-def error(request: Request | None, error_name: str, message: str, leader: str | None = None) -> bytes:
+def error(request: Request | None, error_name: Outcome, message: str, leader: str | None = None) -> bytes:
     head = [("code", -1), ("message", message), ("error", error_name)]
     if leader is not None and len(leader) <= 64:
         head.append(("leader", leader))
@@ -270,33 +291,33 @@ def bad_request(request: BadRequest) -> bytes:
 
 
 def unknown_rule(request: Request) -> bytes:
-    return error(request, "unknown_rule", "unknown rule")
+    return error(request, Outcome.UNKNOWN_RULE, "unknown rule")
 
 
 def not_exist(request: Request) -> bytes:
-    return error(request, "not_exist", "not exist")
+    return error(request, Outcome.NOT_EXIST, "not exist")
 
 
 def too_many_apps(request: Request) -> bytes:
-    return error(request, "too_many_apps", "app limit reached")
+    return error(request, Outcome.TOO_MANY_APPS, "app limit reached")
 
 
 def disk_full(request: Request) -> bytes:
     """The leader's disk is below its reserve (server/disk_reserve.py): retry later."""
-    return error(request, "disk_full", "disk reserve reached, retry later")
+    return error(request, Outcome.DISK_FULL, "disk reserve reached, retry later")
 
 
 def not_leader(request: Request, leader: str | None) -> bytes:
-    return error(request, "not_leader", "not leader", leader)
+    return error(request, Outcome.NOT_LEADER, "not leader", leader)
 
 
 def exhausted(request: Request, cycle_end_ms: int | None, utc_offset: int = 0) -> bytes:
     """The counter's space is used up until its cycle ends (it never wraps)."""
     if cycle_end_ms is None:
-        return error(request, "exhausted", "counter exhausted")
+        return error(request, Outcome.EXHAUSTED, "counter exhausted")
     # Integer calendar arithmetic: no year range to overflow (datetime stops at 9999).
     t = civil(cycle_end_ms // 1000, utc_offset)
     sign, offset = ("-", -utc_offset) if utc_offset < 0 else ("+", utc_offset)
     until = (f"{t.year:04}-{t.month:02}-{t.day:02}T{t.hour:02}:{t.minute:02}:{t.second:02}"
              f"{sign}{offset // 3600:02}:{offset % 3600 // 60:02}")
-    return error(request, "exhausted", f"counter exhausted until {until}")
+    return error(request, Outcome.EXHAUSTED, f"counter exhausted until {until}")

@@ -28,6 +28,8 @@ from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE  # noqa: E402
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import applying
+from haqueue.replication.member_dir import is_member_dir, mark_member
+from haqueue.replication.membership import MembershipMixin
 from haqueue.replication import transport as links
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
 from haqueue.replication.transport import SyncingTransport
@@ -45,7 +47,7 @@ FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 
 
-class ReplicatedQueue(SyncObj):
+class ReplicatedQueue(MembershipMixin, SyncObj):
     def __init__(
         self,
         settings: ReplicationSettings,
@@ -56,7 +58,9 @@ class ReplicatedQueue(SyncObj):
         # The settings, read here once: pysyncobj's SyncObjConf below is built from them.
         self_address, partner_addresses, data_dir = settings.self_address, settings.partners, settings.data_dir
         policy, journal_limit = settings.policy, settings.journal_limit
-        if not partner_addresses:
+        if not partner_addresses and not is_member_dir(data_dir):
+            # A member left alone (node recover, remove-node) keeps Raft, to grow again
+            # (member_dir.py); a cluster that was always one node is lone.LoneReplica.
             raise ValueError("a Raft node needs partners; a cluster of one is lone.LoneReplica")
         self.state = QueueState()
         self.on_role_change = on_role_change
@@ -82,7 +86,6 @@ class ReplicatedQueue(SyncObj):
         self.policy = policy
         self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
         self.snapshot_writer = self.snapshots.writer
-        self._partners = list(partner_addresses)
         timing = settings.timing or RaftTiming()
         self._keepalive_period = timing.heartbeat
         self._next_keepalive = 0.0
@@ -104,7 +107,7 @@ class ReplicatedQueue(SyncObj):
             connectionRetryTime=timing.connection_retry,
             journalFile=journal_file,
             fullDumpFile=self.dump_path,
-            serializer=self.snapshots.write,
+            serializer=lambda tmp, raft_data: self.snapshots.write(tmp, self.group_at_snapshot(raft_data)),
             deserializer=self.snapshots.read,
             serializeChecker=lambda: _SERIALIZER_STATES[self.snapshots.progress()],
             # pysyncobj's own triggers (entries, seconds) are off: a snapshot
@@ -113,7 +116,7 @@ class ReplicatedQueue(SyncObj):
             logCompactionMinTime=float("inf"),
             onStateChanged=self._state_changed,
             password=settings.secret,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,  # add-node, remove-node (membership.py)
             commandsQueueSize=200000,
             # pysyncobj splits an entry at least this big into chunks, and
             # decides which chunk is the last from the entry's raw length,
@@ -133,6 +136,8 @@ class ReplicatedQueue(SyncObj):
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
         self.journal = journal_file.journal if journal_file is not None else None
         self.snapshots.load_at_start(self.journal)
+        self.adopt_logged_changes()  # the log's group, not only the file's (membership.py)
+        mark_member(data_dir)
         self.epoll_poller: EpollPoller = self._poller  # pysyncobj_patches installs it (on_loop.py)
         self._poll_sockets = self._poller.poll
         self._poller.poll = self._sync_then_poll
@@ -269,17 +274,18 @@ class ReplicatedQueue(SyncObj):
         return len(acked | transport.slow_followers(seconds)) >= self.peers_for_majority()
 
     def peers_for_majority(self) -> int:
-        """Peers that make a majority with this node."""
-        return (len(self._partners) + 1) // 2
+        """Peers that make a majority with this node (of the members now: membership.py)."""
+        return (self.partner_count() + 1) // 2
 
     def _is_majority(self, nodes: int) -> bool:
         """Do `nodes` (this one included) make a majority of the cluster?"""
-        return nodes > (len(self._partners) + 1) / 2
+        return nodes > (self.partner_count() + 1) / 2
 
     def _SyncObj__connectedToAnyone(self) -> bool:
         # pysyncobj asks this (name-mangled) on every tick once a follower's
         # election timeout has run out; True starts a campaign (docs/pysyncobj.md D9).
-        if not self._hears_majority or self.transport is None or self.snapshots.loading:
+        if (not self._hears_majority or self.transport is None or self.handing_off()
+                or self.snapshots.loading):
             return False  # (a node still building a received snapshot's state cannot lead)
         step = self.campaign.step(self.raftCurrentTerm, monotonic(), self._is_majority)
         if step == CAMPAIGN:
@@ -358,6 +364,7 @@ class ReplicatedQueue(SyncObj):
             "applied_index": status["last_applied"],
             "log_length": status["log_len"],
             "has_quorum": status["has_quorum"],
+            "members": self.members(),  # Raft addresses, as this node knows them (membership.py)
         }
 
 

@@ -146,6 +146,9 @@ class RaftSnapshots:
 
     def read(self, path: str):
         """pysyncobj's deserializer: put the snapshot's state in place; its raft data."""
+        return _with_group(self._read(path), self.node)
+
+    def _read(self, path: str):
         node = self.node
         preloaded, self._preloaded = self._preloaded, None
         if preloaded is not None:
@@ -170,3 +173,14 @@ class RaftSnapshots:
         self._build = StateBuild(records, path, self.build_state)
         self._restoring = restoring
         return raft_data
+
+
+def _with_group(raft_data: tuple, node) -> tuple:
+    """The snapshot's raft data, with a group. A snapshot that names none (`haqueue
+    restore`'s, a lone node's) keeps the node's own: pysyncobj, with membership
+    changes on, makes the snapshot's group the node's, and an empty one left each
+    restored node a group of one, leading alone (issue 27)."""
+    if len(raft_data) > 2 and not raft_data[2]:
+        group = set(node._SyncObj__otherNodes) | {node._SyncObj__selfNode}
+        return (raft_data[0], raft_data[1], group, *raft_data[3:])
+    return raft_data

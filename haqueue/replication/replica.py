@@ -29,7 +29,11 @@ from haqueue.config.replication import ReplicationSettings
 from haqueue.core.effects import Applied
 from haqueue.replication.snapshot import WRITER_NICENESS  # background writers' niceness (server/backup.py)
 
-__all__ = ["Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica", "startup_errors"]
+__all__ = ["MembershipRefused", "Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica", "startup_errors"]
+
+
+class MembershipRefused(Exception):
+    """A membership change the leader will not make (membership.py); str() is one line."""
 
 
 OnApplied = Callable[[Applied | None], None]
@@ -62,11 +66,13 @@ class ReplicaLike(Protocol):
     def follower_lag(self) -> dict[str, dict]: ...
 
 
-def preload(has_partners: bool) -> None:
+def preload(has_partners: bool, data_dir: str | None = None) -> None:
     """Import what `open_replica` will need now: `serve -u` drops privileges
     before the replica opens, and the new user may not be able to read the
     interpreter's files (a Python installed under /root)."""
-    if has_partners:
+    from haqueue.replication.member_dir import is_member_dir
+
+    if has_partners or is_member_dir(data_dir):  # a member alone still runs Raft (open_replica)
         import haqueue.replication.raft_node  # noqa: F401
     else:
         import haqueue.replication.lone  # noqa: F401
@@ -84,7 +90,9 @@ def open_replica(settings: ReplicationSettings, *, on_role_change: Callable[[str
                  on_fatal: Callable[[str], None]) -> ReplicaLike:
     """This node's replica: a Raft member if it has partners, else a cluster of one
     (lone.py), which needs no Raft and never imports pysyncobj."""
-    if not settings.partners:
+    from haqueue.replication.member_dir import is_member_dir
+
+    if not settings.partners and not is_member_dir(settings.data_dir):
         from haqueue.replication.lone import LoneReplica
 
         return LoneReplica(settings, on_role_change=on_role_change, on_fatal=on_fatal)
@@ -172,6 +180,21 @@ class Replica:
         """Leader, and a majority acknowledged its appends within the leader
         fallback: what the VIP's health check asks (raft_node.followed_within)."""
         return self._raft.followed_within(self.leader_fallback)
+
+    # ----------------------------------------------------------- membership
+    def members(self) -> list[str]:
+        """Every member's Raft address as this node knows it now (membership.py)."""
+        return self._raft.members()
+
+    def change_members(self, op: str, address: str, done: Callable[[str | None], None]) -> None:
+        """On the leader: add ("add") or remove ("rem") one member; `done(error)` once
+        committed (None) or failed; raises membership.MembershipRefused at once."""
+        self._raft.change(op, address, done)
+
+    def hand_off(self, whole_log: bool = True) -> str:
+        """On the leader: give leadership to a follower holding its whole log (or, not
+        `whole_log`, the most of it); its Raft address (membership.py)."""
+        return self._raft.hand_off(whole_log)
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:

@@ -282,6 +282,15 @@ class SyncingTransport(TCPTransport):
         if conn is not None:
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
+    def dropNode(self, node):
+        # A member removed (membership.py): nothing it said may count any more,
+        # not its acknowledgements for the lease nor its messages for the majority watch.
+        super().dropNode(node)
+        for table in (self.last_heard, self.ack_heard_at, self.slow_heard_at, self._seq_from, self._sent_at,
+                      self._ack_through, self.lease.acks):
+            table.pop(node, None)
+        self.peers_up.discard(node)
+
     def keep_alive(self, period: float) -> None:
         """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
         node has sent nothing to within `period`: any message keeps a link alive,

@@ -9,7 +9,7 @@ GET /leader  200 only on the leader that is serving clients, else 503 — the
 GET /status  JSON: role, term, commit/applied index, serving, connections;
              with ?digest=1 also the replicated state's digest (docs/design.md I2)
 GET /metrics the Prometheus text format (metrics.py): every node, followers too
-GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids_udp.py), the UDP
+GET /id/RULE/APP[?salt=S&seq=Q]  the id service (server/ids/http.py), the UDP
              reply's JSON body: 200 with an id; 503 not leader or outcome
              unknown (retry), with Retry-After: 1 and, on a follower that
              knows the leader, Location: the same path on the leader's
@@ -28,7 +28,8 @@ GET /session, GET /tube/NAME, GET /job/ID, POST /op
              previews, and one change (put, kick, kick-job, delete, pause,
              resume) made on the leader as a client's command is, carrying the
              CSRF token; behind the token like /cluster
-Anything else is 404; POST anywhere but /op, or any other method, is 405.
+POST /membership  cluster add-node / remove-node, on the leader (membership_http.py)
+Anything else is 404; POST anywhere but /op and /membership, or any other method, is 405.
 HTTP/1.0, one request per connection, tiny on purpose.
 
 With a token (`--admin-token`, or the cluster file's cluster.admin_token),
@@ -50,7 +51,7 @@ import gc
 import hmac
 import json
 import logging
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 from haqueue.server.gc_policy import cut_transport_cycle, frozen_garbage
 
@@ -61,10 +62,6 @@ OPERATION_ROUTES = ("/session", "/tube/", "/job/")  # GET, behind the token (ope
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
            500: "Internal Server Error", 503: "Service Unavailable", 507: "Insufficient Storage"}
-# The id service's outcomes (ids_udp.IdRequests) as HTTP statuses; None (outcome unknown): 503.
-ID_STATUS = {"ok": 200, "bad_request": 400, "unknown_action": 400, "unknown_rule": 404, "not_exist": 404,
-             "exhausted": 409, "too_many_apps": 409, "not_leader": 503,
-             "disk_full": 507}  # Insufficient Storage: below the disk reserve (disk_reserve.py)
 
 
 class AdminServer:
@@ -151,35 +148,10 @@ class AdminServer:
         return self.answer(path)
 
     async def _id(self, path: str) -> tuple[int, str, bytes]:
-        from haqueue.protocol import idjson
+        from haqueue.server.ids.http import answer  # here: a node that serves no ids never loads them
 
-        if self.server.options.data_dir is None:
-            # In memory a restart starts the counters again (docs/id-service.md, "Durability").
-            return 503, "application/json", idjson.error(None, "no_journal", "ids need -b DIR") + b"\n"
-        route, _, query = path.partition("?")
-        try:
-            parts = [unquote(p, errors="strict") for p in route.split("/")[2:]]
-            fields = {k: v[0] for k, v in parse_qs(query, errors="strict").items()}
-        except UnicodeDecodeError:
-            parts, fields = [], {}
-        if len(parts) == 3 and parts[2] == "monitor":
-            action = "monitor"
-        elif len(parts) == 2:
-            action = "get"
-        else:
-            return 400, "application/json", idjson.error(None, "bad_request", "expected /id/RULE/APP")
-        seq = fields.get("seq", idjson.NO_SEQ)
-        if seq is idjson.NO_SEQ or idjson.seq_fits(seq):
-            request = idjson.check_fields(action, parts[0], parts[1], fields.get("salt"), seq)
-        else:
-            request = idjson.BadRequest("bad_request", "bad seq")
-        answered = asyncio.get_running_loop().create_future()
-        self.server.id_requests.handle(
-            request, lambda outcome, body: answered.done() or answered.set_result((outcome, body)))
-        outcome, body = await answered
-        if body is None:
-            body = idjson.error(request, "unavailable", "outcome unknown, retry")
-        return ID_STATUS.get(outcome, 503), "application/json", body + b"\n"
+        server = self.server
+        return await answer(path, server.options.data_dir is not None, lambda: server.id_requests)
 
     def _leader_admin(self) -> str | None:
         """http://ADDRESS:ADMIN_PORT/ of the leader this node knows (not itself), or None."""
@@ -252,7 +224,7 @@ class AdminServer:
             method = parts[0] if parts else ""
             route = parts[1].partition("?")[0] if len(parts) >= 2 else ""
             if len(parts) < 2 or method not in ("GET", "HEAD", "POST") or (
-                    (method == "POST") != (route == "/op")):
+                    (method == "POST") != (route in ("/op", "/membership"))):
                 code, kind, body = 405, "text/plain", b"method not allowed\n"
             elif route == "/backup":  # streamed from a forked writer (haqueue/server/backup.py)
                 from haqueue.server.backup import answer as backup
@@ -270,8 +242,13 @@ class AdminServer:
                     if int(length) > limit:
                         raise _Early(413, b"request too large\n")
                     data = await asyncio.wait_for(reader.readexactly(int(length)), timeout=5)
-                code, kind, body, extra = await self.operation(
-                    method, parts[1], headers, data, writer.get_extra_info("peername"), self.authorized(head))
+                if route == "/membership":  # cluster add-node / remove-node (membership_http.py)
+                    from haqueue.server import membership_http
+
+                    code, kind, body = await membership_http.handle(self.server, headers, data, self.authorized(head))
+                else:
+                    code, kind, body, extra = await self.operation(
+                        method, parts[1], headers, data, writer.get_extra_info("peername"), self.authorized(head))
             else:
                 code, kind, body = await self.answer_async(parts[1], self.authorized(head))
             if code == 503 and parts[1].startswith("/id/"):

@@ -1,34 +1,37 @@
-"""QueueServer: one haqueue node — Raft underneath, the beanstalk protocol on top.
+"""QueueServer: one haqueue node — Raft underneath, the client protocols on top.
 
 Duties, in the order they happen:
 1. Open the replica (haqueue/replication/replica.py): a Raft member, or a lone node.
 2. When this node becomes leader: log RELEASE_ORPHANS (every reservation not
    held by one of our connections — we have none yet — goes back,
    docs/design.md I5) and wait until it is applied, which also proves this
-   node has applied everything committed before it. Only then open the client
-   listener (I3).
+   node has applied everything committed before it; commit the id rules if
+   they changed (ids/rules.py). Only then open the client listener (I3).
 3. While leader: sessions submit commands through the group-commit batcher;
-   after each applied entry, wake waiting reserves, flush replies, and arm a
-   timer for the next deadline (delay, time-to-run, pause), which logs a TICK
-   so that expiry is a committed, replicated change.
-4. When leadership is lost: close the listener and drop every client at once;
+   after each applied entry, wake waiting reserves (waiters.py), flush
+   replies, and arm the timer for the next deadline (deadlines.py: delay,
+   time-to-run, pause), which logs a TICK so that expiry is a committed,
+   replicated change.
+4. When leadership is lost: close the listeners and drop every client at once;
    in-flight commands end with their connections (outcome unknown).
 5. On SIGTERM/SIGINT stop gracefully; on SIGUSR1 enter drain mode (puts get
    DRAINING), as beanstalkd does. On SIGHUP re-read the cluster file's id
    rules; the leader commits them if they differ (`_reload_id_rules`).
-"""
 
+What this module keeps is the node's lifecycle, its leadership, and being the
+beanstalkd sessions' host (host.SessionHost); where clients connect is
+listeners.py (TLS: tls.py), and each front end has its folder (beanstalk/,
+gearman/, ids/). It reads a Session only through host.HostedSession.
+"""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-import os
 import signal
-import socket
 import ssl
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
 from haqueue import events
@@ -36,57 +39,27 @@ from haqueue.config.limits import ClientLimits
 from haqueue.config.replication import ReplicationSettings
 from haqueue.core import commands as C
 from haqueue.core.effects import Effects
-from haqueue.core.ids import rule_from_record, wanted_rule_records
 from haqueue.replication.replica import ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
+from haqueue.server.beanstalk.drops import Drops
+from haqueue.server.beanstalk.session import Session
+from haqueue.server.beanstalk.stats import ServerCounters, server_stats
+from haqueue.server.beanstalk.tubes import TubeDirectory
+from haqueue.server.deadlines import Deadlines
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.gc_policy import CollectorPolicy
+from haqueue.server.ids import rules as id_rules
 from haqueue.server.limits import MemoryGauge, raise_fd_limit
-from haqueue.server.session import Session
-from haqueue.server.stats import ServerCounters, server_stats
-from haqueue.server.timers import PreciseTimer, monotonic_at_wall_ms
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.listeners import ClientListener, Listen, RefusedConnection
+from haqueue.server.tls import TlsFiles, server_options
 from haqueue.server.turns import TurnQueue
+from haqueue.server.waiters import Waiters
 
 if TYPE_CHECKING:
-    from haqueue.server.gearman_service import GearmanService
-    from haqueue.server.ids_udp import IdListener, IdRequests
+    from haqueue.server.gearman.service import GearmanService
+    from haqueue.server.ids.udp import IdListener, IdRequests
 
 log = logging.getLogger(__name__)
-
-IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
-# Connections the kernel completes before the node accepts them, as beanstalkd's
-# listen(fd, 1024). Passed on every listener, sockets handed over included: the loop
-# listens again on a socket it is given, with its own default (100) otherwise.
-BACKLOG = 1024
-
-
-@dataclass
-class Listen:
-    """Where clients connect: a TCP address, a Unix socket path, or a socket handed over."""
-
-    host: str = "0.0.0.0"
-    port: int = 11300
-    unix_path: str | None = None
-    sock: socket.socket | None = None
-    # Connections the early socket accepted while the node started, each with the
-    # monotonic time its first bytes were readable (or None) and how many they were
-    # (haqueue/cli/arrivals.py): served as the listener's own, their first commands'
-    # delays and timeouts counted from then (session.py, arrived_early).
-    arrived: list = field(default_factory=list)
-    # The cluster's virtual IP: the leader listens there too, so clients of
-    # the VIP reach it as soon as keepalived moves the address here. Bound
-    # with IP_FREEBIND, since the address arrives after leadership does.
-    vip: str | None = None
-
-    def describe(self) -> str:
-        if self.sock is not None:
-            name = self.sock.getsockname()
-            return f"unix:{name}" if isinstance(name, str) else "{}:{}".format(*name[:2])
-        if self.unix_path:
-            return f"unix:{self.unix_path}"
-        return f"{self.host}:{self.port}"
-
 
 @dataclass
 class NodeOptions:
@@ -107,7 +80,7 @@ class NodeOptions:
     tls: "TlsFiles | None" = None
     admin_token: str | None = None
     # The id service's UDP port on the client listener's host (and, on the
-    # leader, the VIP); 0: off (server/ids_udp.py). GET /id/... on the admin
+    # leader, the VIP); 0: off (server/ids/udp.py). GET /id/... on the admin
     # port works either way. id_endpoints: Raft endpoint -> "address:id_port"
     # of every member, so that followers can name the leader.
     id_port: int = 0
@@ -115,10 +88,10 @@ class NodeOptions:
     # The cluster file's [[id_rules]]: a new leader commits them (with the
     # built-in rules) when they differ from the replicated rules.
     id_rules: tuple = ()
-    id_rate_limit: int = 20_000  # datagrams a second per source address (ids_udp.SourceLimit); 0: off
+    id_rate_limit: int = 20_000  # datagrams a second per source address (ids.udp.SourceLimit); 0: off
     config_path: str | None = None  # the cluster file, re-read for its id rules on SIGHUP
     # The Gearman port on the client listener's host (and the VIP), served by
-    # the leader only, like the beanstalkd port; 0: off (server/gearman_service.py).
+    # the leader only, like the beanstalkd port; 0: off (server/gearman/service.py).
     gearman_port: int = 0
 
     # Read by more than the replica (the disk reserve, metrics, the admin port), named here
@@ -132,40 +105,6 @@ class NodeOptions:
         return self.replication.self_address
 
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """The client port's certificate chain and private key (PEM files)."""
-
-    cert: str
-    key: str
-
-    def server_context(self) -> ssl.SSLContext:
-        """A server context (TLS 1.2+); ssl.SSLError/OSError name a bad file."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert, self.key)
-        return context
-
-
-# A client that opens a TLS connection and never completes the handshake is
-# dropped after this long (asyncio's default is 60 s).
-TLS_HANDSHAKE_TIMEOUT = 10.0
-
-
-class RefusedConnection(asyncio.Protocol):
-    """A connection beyond max_connections: closed at once, without a reply.
-
-    beanstalkd closes a connection it cannot make room for (prot.c h_accept,
-    make_conn failing) without a word; so does haqueue, and counts it.
-    """
-
-    def connection_made(self, transport) -> None:
-        transport.close()
-
-    def connection_lost(self, exc) -> None:
-        pass
-
-
 class QueueServer:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
@@ -177,25 +116,18 @@ class QueueServer:
         self.directory = TubeDirectory()
         self.counters = ServerCounters()
         self.sessions: set[Session] = set()
-        self.waiters: dict[Session, None] = {}  # insertion ordered: FIFO
+        self.waiters = Waiters()  # reserves waiting for a job (waiters.py)
         self.dirty: set[Session] = set()
         self.turns = TurnQueue(self)  # when a connection that used up its turn runs again
-        # Closed connections whose reservations are being given back (DROP_CONN
-        # in flight), and the sessions whose next read waits for that: beanstalkd
-        # returns them at once, so no read that follows a close may miss it.
-        self.drops_pending: set[int] = set()
-        self.reads_after_drops: set[Session] = set()
+        # Closed connections' reservations on their way back, and the reads that wait for them.
+        self.drops = Drops(lambda session: self.dirty.add(session))  # self.dirty: a new set per entry
         self.serving = False
         self.draining = False
         self.epoch = 0
         self.conn_serial = 0
-        self._listener: asyncio.AbstractServer | None = None
-        self._vip_listener: asyncio.AbstractServer | None = None
-        self._vip_retry: asyncio.TimerHandle | None = None
+        self._listener: ClientListener | None = None
         self._leader_task: asyncio.Task | None = None
-        self._tick_handle: PreciseTimer | None = None
-        self._tick_at: int | None = None
-        self._tick_in_flight = False
+        self.deadlines = Deadlines(self)  # the TICK for the next deadline (deadlines.py)
         self._stopped = asyncio.Event()
         self.fatal: str | None = None
         self.admin_server = None
@@ -207,7 +139,7 @@ class QueueServer:
         self.gearman: GearmanService | None = None
         if options.gearman_port:
             # Imported only when served, as the id service is: a plain node starts sooner.
-            from haqueue.server.gearman_service import GearmanService
+            from haqueue.server.gearman.service import GearmanService
 
             listen = options.listen
             self.gearman = GearmanService(self, listen.host, options.gearman_port, listen.vip)
@@ -217,7 +149,7 @@ class QueueServer:
     def id_requests(self) -> IdRequests:
         """The id service's requests, for its UDP listener and the admin port's /id/:
         made (and its modules imported, ~7 ms) when one of them first asks, not at start."""
-        from haqueue.server.ids_udp import IdRequests
+        from haqueue.server.ids.udp import IdRequests
 
         return IdRequests(self, self.options.id_endpoints)
 
@@ -286,25 +218,14 @@ class QueueServer:
         self._stopped.set()
 
     def _reload_id_rules(self) -> None:
-        """SIGHUP: read the cluster file's [[id_rules]] again. Every node keeps
-        them for when it leads; the leader commits them now if they differ from
-        the replicated rules. A file that does not validate changes nothing
-        (one error line): the node keeps the rules it had."""
-        from haqueue.config.cluster import ClusterFileError, load_cluster
-
-        path = self.options.config_path
-        if path is None:
-            log.info("SIGHUP: no cluster file to re-read")
-            return
-        try:
-            rules = load_cluster(path).id_rules
-        except ClusterFileError as exc:
-            log.error("SIGHUP: id rules not reloaded: %s", exc)
+        """SIGHUP: the cluster file's [[id_rules]] again (server/ids/rules.py). Every node
+        keeps them for when it leads; the leader commits them now."""
+        rules = id_rules.reread(self.options.config_path)
+        if rules is None:
             return
         self.options.id_rules = rules
-        log.info("SIGHUP: id rules re-read from %s (%d in the file)", path, len(rules))
         if self.serving:
-            self.loop.create_task(self._commit_id_rules(self.epoch))
+            self.loop.create_task(id_rules.commit(self, rules, self.epoch))
 
     def _enter_drain_mode(self) -> None:
         log.info("drain mode: new puts are refused with DRAINING")
@@ -338,7 +259,7 @@ class QueueServer:
         term = self.replica.term
         self.epoch = term
         self.conn_serial = 0
-        self.drops_pending.clear()
+        self.drops.new_term()
         self.batcher = Batcher(self.replica, self.loop, self._after_entry)
         barrier = self.loop.create_future()
         self.batcher.submit((C.RELEASE_ORPHANS, (), term),
@@ -347,7 +268,7 @@ class QueueServer:
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
-        if not await self._commit_id_rules(term):
+        if not await id_rules.commit(self, self.options.id_rules, term):
             return
         self.directory = TubeDirectory(self.state.tubes)
         try:
@@ -356,7 +277,7 @@ class QueueServer:
             self._die(f"cannot listen on {self.options.listen.describe()}: {exc.strerror or exc}")
             return
         self.serving = True
-        await self._serve_arrived()
+        await self._listener.serve_arrived(self.loop, self._arrived_session)
         if self.gearman is not None:
             # After `serving`: a Gearman connection accepted while the VIP is being bound
             # is served, not turned away.
@@ -371,53 +292,19 @@ class QueueServer:
             await self._id_listener.open_vip()
         self._after_entry()
 
-    async def _commit_id_rules(self, term: int) -> bool:
-        """Commit this node's id rules (cluster file + built-in) if the replicated
-        ones differ, before serving, so the first ids use them. A change that
-        could repeat ids is not proposed: one error line, and the replicated
-        rules stay. False if leadership was lost meanwhile."""
-        wanted = wanted_rule_records(self.options.id_rules)
-        ids = self.state.ids
-        if ids.rule_records() == wanted:
-            return True
-        problem = ids.rule_change_problem([rule_from_record(r) for r in wanted])
-        if problem is not None:
-            log.error("id rules of the cluster file not proposed: %s", problem)
-            return True
-        done = self.loop.create_future()
-        self.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
-        result = await done
-        if result is None or not self.replica.leads_in(term):
-            log.warning("lost leadership while committing id rules (term %d)", term)
-            return False
-        if result[0] == "OK":
-            log.info("id rules committed: %s", ", ".join(r[0] for r in wanted))
-        else:
-            log.error("id rules refused: %s", result[1:])
-        return True
-
     async def _open_listener(self) -> None:
-        listen = self.options.listen
-        factory = self._new_session
-        tls = self._tls_options()
-        if listen.sock is not None:
-            self._listener = await self.loop.create_server(factory, sock=listen.sock, backlog=BACKLOG, **tls)
-        elif listen.unix_path:
-            if os.path.exists(listen.unix_path):
-                os.unlink(listen.unix_path)
-            self._listener = await self.loop.create_unix_server(factory, path=listen.unix_path,
-                                                                backlog=BACKLOG, **tls)
-        else:
-            self._listener = await self.loop.create_server(
-                factory, host=listen.host, port=listen.port, reuse_address=True, backlog=BACKLOG, **tls
-            )
-            if listen.vip is not None and listen.vip != listen.host:
-                await self._open_vip_listener()
+        # Held before it opens: a step-down while the VIP is being bound closes it.
+        self._listener = ClientListener(self.options.listen, self._new_session, server_options(self._tls_context))
+        try:
+            await self._listener.open(self.loop)
+        except OSError:
+            self._listener = None
+            raise
 
     async def _open_id_listener(self) -> bool:
         """The id service's own-address socket, open on every node from start to
         stop (followers answer not_leader); false, with self.fatal, if it cannot bind."""
-        from haqueue.server.ids_udp import IdListener
+        from haqueue.server.ids.udp import IdListener
 
         listen = self.options.listen
         self._id_listener = IdListener(self, self.id_requests, listen.host, self.options.id_port, listen.vip,
@@ -430,33 +317,6 @@ class QueueServer:
         log.info("id service on udp %s:%d", listen.host, self.options.id_port)
         return True
 
-    async def _open_vip_listener(self) -> None:
-        self._vip_retry = None
-        if not self.serving and self._listener is None:
-            return
-        listen = self.options.listen
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((listen.vip, listen.port))
-            sock.listen(BACKLOG)
-            self._vip_listener = await self.loop.create_server(self._new_session, sock=sock, backlog=BACKLOG,
-                                                               **self._tls_options())
-        except OSError as exc:
-            # Another node on this host still holds it (a loopback cluster in
-            # transition): try again shortly, for as long as we lead.
-            sock.close()
-            log.warning("cannot listen on the VIP %s:%d yet: %s", listen.vip, listen.port, exc.strerror)
-            self._vip_retry = self.loop.call_later(
-                0.2, lambda: self.loop.create_task(self._open_vip_listener())
-            )
-
-    def _tls_options(self) -> dict:
-        if self._tls_context is None:
-            return {}
-        return {"ssl": self._tls_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
-
     def _new_session(self) -> Session | RefusedConnection:
         if len(self.sessions) >= self.limits.max_connections:
             self.counters.rejected_connections += 1
@@ -466,15 +326,6 @@ class QueueServer:
                             self.limits.max_connections, self.counters.rejected_connections)
             return RefusedConnection()
         return Session(self, self.next_conn_id())
-
-    async def _serve_arrived(self) -> None:
-        """The connections the early socket accepted while the node started (Listen.arrived),
-        served once the node serves (a session aborts before), oldest first."""
-        arrived, self.options.listen.arrived = self.options.listen.arrived, []
-        tls = self._tls_options()
-        for conn, first_at, count in arrived:
-            await self.loop.connect_accepted_socket(partial(self._arrived_session, first_at, count),
-                                                    sock=conn, **tls)
 
     def _arrived_session(self, first_at: float | None, count: int) -> Session | RefusedConnection:
         session = self._new_session()
@@ -492,16 +343,7 @@ class QueueServer:
         self.serving = False
         if self._leader_task is not None and not self._leader_task.done():
             self._leader_task.cancel()
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
-            self._tick_handle = None
-            self._tick_at = None
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
-        if self._vip_listener is not None:
-            vip_listener, self._vip_listener = self._vip_listener, None
-            vip_listener.close()
+        self.deadlines.cancel()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.close()
@@ -517,7 +359,7 @@ class QueueServer:
             self.batcher.closed = True
             self.batcher.fail_pending()
         self.waiters.clear()
-        self.reads_after_drops.clear()
+        self.drops.end_term()
         if was_serving:
             log.info("stopped serving clients")
 
@@ -529,42 +371,16 @@ class QueueServer:
 
     def session_closed(self, session: Session) -> None:
         self.sessions.discard(session)
-        self.waiters.pop(session, None)
+        self.waiters.stop(session)
         self.dirty.discard(session)
-        self.reads_after_drops.discard(session)
-        directory = self.directory
-        directory.count_use(session.use, -1)
-        self.unref_tube(session.use)
-        for name in list(session.watch):
-            directory.count_watch(name, -1)
-            self.unref_tube(name)
+        self.drops.forget(session)
         if not self.serving:
             return
-        holds = bool(self.state.reservations_of(session.conn_id))
-        if holds or session.in_flight or session.reserve_in_flight:
-            # Log order follows submit order, so this lands after anything
-            # the connection still had in flight.
-            self.drops_pending.add(session.conn_id)
-            self.batcher.submit((C.DROP_CONN, session.conn_id),
-                                partial(self._drop_done, session.conn_id))
-
-    def _drop_done(self, conn_id: int, result) -> None:
-        self.drops_pending.discard(conn_id)
-        if self.drops_pending or not self.reads_after_drops:
-            return
-        readers, self.reads_after_drops = self.reads_after_drops, set()
-        for session in readers:
-            if session.reserving:
-                session.try_reserve()
-            else:
-                session.pump()
-            self.dirty.add(session)
+        if session.work_in_flight or self.state.reservations_of(session.conn_id):
+            self.drops.drop(self.batcher, session.conn_id)  # lands after what it had in flight
 
     def defer_until_drops_applied(self, session: Session) -> bool:
-        if not self.drops_pending:
-            return False
-        self.reads_after_drops.add(session)  # _drop_done goes on with it
-        return True
+        return self.drops.defer(session)
 
     def unref_tube(self, name: str) -> None:
         forget = self.directory.unref(name, self.state)
@@ -572,13 +388,13 @@ class QueueServer:
             self.batcher.submit((C.FORGET_TUBE, name), _ignore)
 
     def start_waiting(self, session: Session) -> None:
-        self.waiters[session] = None
+        self.waiters.start(session)
 
     def stop_waiting(self, session: Session) -> None:
-        self.waiters.pop(session, None)
+        self.waiters.stop(session)
 
     def waiting_on(self, tube: str) -> int:
-        return sum(1 for s in self.waiters if tube in s.watch)
+        return self.waiters.waiting_on(tube)
 
     # ---------------------------------------------------------- after entry
     def _after_entry(self, effects: Effects | None = None) -> None:
@@ -598,73 +414,23 @@ class QueueServer:
                 forget = [name for name in effects.emptied if self.directory.maybe_free(name, state)]
                 for name in forget:
                     self.batcher.submit((C.FORGET_TUBE, name), _ignore)
-            if effects.woken and self.waiters:
+            if effects.woken and len(self.waiters):
                 self._wake_waiters()
             if effects.gearman_woken and self.gearman is not None:
                 self.gearman.wake(effects.gearman_woken)
         dirty, self.dirty = self.dirty, set()
         for session in dirty:
             session.flush()
-        self._arm_tick(next_deadline)
+        self.deadlines.arm(next_deadline)
+
+    def rearm(self) -> None:
+        """The deadline timer fired before the state's deadline: flush, and arm again."""
+        self._after_entry()
 
     def _wake_waiters(self) -> None:
         now = wall_ms()
-        # Only the tubes someone waits on: this runs after every entry that
-        # made a job ready, and a node may hold far more tubes than waiters watch.
         state = self.state
-        available = {}
-        for session in self.waiters:
-            for name in session.watch:
-                count = state.reservable(name, now)
-                if count:
-                    available[name] = count
-        candidates = self._claim(available)
-        for session in candidates:
-            session.try_reserve()
-            self.dirty.add(session)
-
-    def _claim(self, available: dict[str, int]) -> list[Session]:
-        """Waiting sessions, first come first served, at most one per available job."""
-        claimed: dict[str, int] = {}
-        candidates = []
-        for session in list(self.waiters):
-            for name in session.watch:
-                if available.get(name, 0) > claimed.get(name, 0):
-                    claimed[name] = claimed.get(name, 0) + 1
-                    candidates.append(session)
-                    break
-        return candidates
-
-    def _arm_tick(self, deadline: int | None) -> None:
-        if deadline is None or self._tick_in_flight:
-            return
-        if self._tick_at is not None and self._tick_at <= deadline:
-            return
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
-        self._tick_at = deadline
-        self._tick_handle = PreciseTimer(self.loop, monotonic_at_wall_ms(deadline), self._fire_tick)
-
-    def _fire_tick(self) -> None:
-        self._tick_handle = None
-        self._tick_at = None
-        if not self.serving:
-            return
-        if wall_ms() < (self.state.next_deadline() or 0):
-            # The clock ran slow relative to the timer: try again.
-            self._after_entry()
-            return
-        self._tick_in_flight = True
-        self.batcher.submit((C.TICK,), self._tick_done)
-        if self.waiters:
-            # Reserves for the jobs this TICK makes ready ride in its entry, after
-            # it: one commit between the deadline and the reply, not two.
-            candidates = self._claim(self.state.ready_at(wall_ms()))
-            for session in candidates:
-                session.reserve_now()
-
-    def _tick_done(self, result) -> None:
-        self._tick_in_flight = False
+        self.dirty.update(self.waiters.wake(lambda tube: state.reservable(tube, now)))
 
     # ----------------------------------------------------------------- stats
     def stats_body(self) -> bytes:
@@ -708,7 +474,7 @@ class QueueServer:
         return {
             "name": self.options.name,
             "serving": self.serving,
-            "client_port_open": self._listener is not None,
+            "client_port_open": self._listener is not None and self._listener.is_open,
             "draining": self.draining,
             "connections": len(self.sessions),
             "internal_errors": replica.state.internal_errors if replica is not None else 0,

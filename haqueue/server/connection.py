@@ -1,6 +1,6 @@
 """Connection: the ordered output and flow control every client protocol's connection shares.
 
-A beanstalkd Session (session.py) and a Gearman connection (gearman_session.py)
+A beanstalkd Session (session.py) and a Gearman connection (server/gearman/session.py)
 answer requests strictly in order. Each request takes a slot in `slots`; a
 slot is filled when its answer is known (for a change, once its entry is
 committed), and `flush` writes the filled slots at the head, after the
@@ -56,6 +56,14 @@ class Connection(asyncio.Protocol):
         self.needs_lease = False  # a filled slot hands out a job: write it under the lease
         self.paused_reading = False
         self.closed = False
+
+    def _stop_timers(self) -> None:
+        """At connection_lost: the output and lease timers every connection has, cancelled
+        (a front end cancels its own timers beside these)."""
+        for timer in (self.output_timer, self.lease_timer):
+            if timer is not None:
+                timer.cancel()
+        self.output_timer = self.lease_timer = None
 
     # ------------------------------------------------------------- pipeline
     def _serve(self) -> None:

@@ -7,6 +7,8 @@ a small object of its own (tests/support/session_host.py, used by
 tests/server/test_session.py).
 tests/server/test_session_host.py checks that session.py touches nothing of
 its server beyond what is listed here, and that QueueServer provides it all.
+The way back is as narrow: QueueServer reads a Session only through
+HostedSession (below), which the same test holds app.py to.
 """
 
 from __future__ import annotations
@@ -16,11 +18,29 @@ from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from haqueue.config.limits import ClientLimits
 from haqueue.core.state import QueueState
-from haqueue.server.stats import ServerCounters
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.stats import ServerCounters
+from haqueue.server.beanstalk.tubes import TubeDirectory
 
 if TYPE_CHECKING:
-    from haqueue.server.session import Session
+    from haqueue.server.beanstalk.session import Session
+
+
+class HostedSession(Protocol):
+    """What QueueServer reads of a beanstalkd Session: the narrow way back. The waiting
+    reserves (waiters.Waiter) read its watch list and its two ways to reserve."""
+
+    conn_id: int
+
+    @property
+    def work_in_flight(self) -> bool: ...  # at close: a DROP_CONN must follow what is in flight
+
+    def resume_read(self) -> None: ...  # its read waited for a closed connection's reservations
+
+    def flush(self) -> None: ...
+
+    def end(self, graceful: bool) -> None: ...  # leadership is gone
+
+    def arrived_early(self, first_at: float, count: int) -> None: ...  # accepted while the node started
 
 
 class Submits(Protocol):
@@ -52,7 +72,7 @@ class Admits(Protocol):
 
 class ConnectionHost(Protocol):
     """What every client-facing protocol's connections use of the leader: the beanstalkd
-    Session (SessionHost, below) and the Gearman service (gearman_service.GearmanHost)."""
+    Session (SessionHost, below) and the Gearman service (gearman.service.GearmanHost)."""
 
     # settings
     loop: asyncio.AbstractEventLoop

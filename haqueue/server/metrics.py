@@ -41,7 +41,7 @@ from prometheus_client.utils import floatToGoString
 from haqueue import __version__
 from haqueue.core.tube import Tube
 from haqueue.server.batcher import wall_ms
-from haqueue.server.stats import COUNTED_COMMANDS
+from haqueue.server.beanstalk.stats import COUNTED_COMMANDS
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 ROLES = ("leader", "follower", "candidate")

@@ -41,7 +41,7 @@ import re
 from haqueue.preview import preview
 from haqueue.protocol.beanstalk_replies import Reply, ReplyReader, yaml_fields
 from haqueue.server.batcher import wall_ms
-from haqueue.server.stats import job_stats, tube_stats
+from haqueue.server.beanstalk.stats import job_stats, tube_stats
 
 COOKIE = "haqueue-session"
 OPERATOR_NAME = "status-page"
@@ -228,7 +228,7 @@ class _PageTransport(asyncio.Transport):
 
 async def converse(server, peer, script: bytes, expected: int) -> list[Reply]:
     """`script` through a beanstalkd Session on this leader; its `expected` replies."""
-    from haqueue.server.session import Session  # the leader's own command path
+    from haqueue.server.beanstalk.session import Session  # the leader's own command path
 
     transport = _PageTransport(server.loop, peer, expected + 1)
     session = Session(server, server.next_conn_id())

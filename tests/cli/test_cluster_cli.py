@@ -84,6 +84,31 @@ def test_node_is_leader_names_an_unknown_node_in_one_line(cluster, capsys):
     assert err.count("\n") == 1 and "no node 'n9' (nodes: n1, n2, n3)" in err
 
 
+def test_cluster_status_of_five_nodes_with_two_killed_shows_the_new_leader_and_exits_0(tmp_path, capsys):
+    # Five nodes keep a majority with two down: the old leader and a follower.
+    with running_cluster(tmp_path / "five", nodes=5) as running:
+        old = running.leader()
+        follower = next(m.id for m in running.spec.nodes if m.id != old.id)
+        running.kill_node(old.id)
+        running.kill_node(follower)
+        new = running.leader(timeout=15, exclude=old.id)
+        assert new is not None and new.id != follower
+        wait_converged(running, timeout=10,
+                       node_ids={m.id for m in running.spec.nodes} - {old.id, follower})  # lag 0 below
+        code, out, err = run(capsys, "cluster", "status", "--config", str(running.config_path))
+    assert (code, err) == (0, ""), out
+    header, *rows = table(out)
+    assert header == STATUS_HEADER
+    assert [r[0] for r in rows] == ["n1", "n2", "n3", "n4", "n5"]
+    by_node = {r[0]: dict(zip(header, r)) for r in rows}
+    down = {old.id, follower}
+    assert {n for n, r in by_node.items() if r["reachable"] == "no"} == down
+    assert {n: (r["role"], r["client_port"], r["leader"]) for n, r in by_node.items() if n not in down} == {
+        n: ("leader" if n == new.id else "follower", "open" if n == new.id else "closed", new.id)
+        for n in by_node if n not in down}
+    assert {r["lag"] for n, r in by_node.items() if n not in down} == {"0"}
+
+
 def test_cluster_status_of_a_missing_file_is_one_line(tmp_path, capsys):
     code, out, err = run(capsys, "cluster", "status", "--config", str(tmp_path / "nope.toml"))
     assert code == 1 and out == ""
@@ -110,20 +135,24 @@ def test_cluster_status_shows_a_killed_follower_unreachable_and_still_exits_0(tm
 
 
 @pytest.mark.slow
-def test_up_for_starts_a_cluster_names_the_leader_and_stops_every_node(tmp_path):
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_up_for_starts_a_cluster_names_the_leader_and_stops_every_node(tmp_path, nodes):
     workdir = tmp_path / "up"
     proc = subprocess.run(
         [sys.executable, "-m", "haqueue", "up", "--for", "2", "--dir", str(workdir),
-         "--port", str(random_base_port())],
+         "--port", str(random_base_port()), "--nodes", str(nodes)],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"cluster file: {workdir / 'cluster.toml'}"
     pids = [int(m.group(1)) for line in lines if (m := re.match(r"  n\d: pid (\d+), clients ", line))]
-    assert len(pids) == 3
+    assert len(pids) == nodes
     leader_lines = [line for line in lines if line.startswith("leader: ")]
-    assert re.fullmatch(r"leader: n[123] — connect a beanstalkd client to 127\.0\.0\.1[123]:\d+", leader_lines[0])
+    assert re.fullmatch(rf"leader: n[1-{nodes}] — connect a beanstalkd client to 127\.0\.0\.1[1-{nodes}]:\d+",
+                        leader_lines[0])
+    assert any(line.endswith(f"(the cluster serves while {nodes // 2 + 1} of its {nodes} nodes run)")
+               for line in lines), proc.stdout
     assert lines[-1] == "stopping the cluster"
     for pid in pids:  # up stops what it started
         with pytest.raises(ProcessLookupError):

@@ -1,6 +1,6 @@
 """Fixtures for real three-node clusters on loopback (haqueue/local_cluster.py).
 
-`make_cluster(serve_args)` starts a LocalCluster in the test's tmp_path and waits
+`make_cluster(serve_args, nodes=3)` starts a LocalCluster in the test's tmp_path and waits
 for a serving leader (tests/cluster/running.py); every cluster it made is
 stopped when the test ends, pass or fail. When a test fails, the tail of each
 node's log is attached to the report.
@@ -19,9 +19,9 @@ from tests.cluster.running import running_cluster
 def make_cluster(tmp_path, request):
     made = []
     with contextlib.ExitStack() as stack:
-        def make(serve_args=("-f0",), start: bool = True):
+        def make(serve_args=("-f0",), start: bool = True, nodes: int = 3):
             workdir = tmp_path / f"cluster{len(made)}"
-            cluster = stack.enter_context(running_cluster(workdir, serve_args, start=start))
+            cluster = stack.enter_context(running_cluster(workdir, serve_args, start=start, nodes=nodes))
             made.append(cluster)
             return cluster
 

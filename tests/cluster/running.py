@@ -1,6 +1,6 @@
 """Starting a real LocalCluster for a test, and always stopping it.
 
-`running_cluster(workdir)` starts three `haqueue serve` nodes on loopback,
+`running_cluster(workdir)` starts three (`nodes=5`: five) `haqueue serve` nodes on loopback,
 waits for a serving leader and, however the block ends, stops every node it
 started (by PID; a SIGSTOPped node is continued first, see LocalCluster).
 Ports are searched from a random base so concurrent test runs keep apart.
@@ -31,8 +31,8 @@ def random_base_port() -> int:
 
 @contextlib.contextmanager
 def running_cluster(workdir: Path, serve_args=("-f0",), start: bool = True,
-                    leader_timeout: float = LEADER_TIMEOUT) -> Iterator[LocalCluster]:
-    cluster = LocalCluster.create(workdir, nodes=3, serve_args=list(serve_args),
+                    leader_timeout: float = LEADER_TIMEOUT, nodes: int = 3) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.create(workdir, nodes=nodes, serve_args=list(serve_args),
                                   client_port=random_base_port())
     try:
         if start:

@@ -2,7 +2,7 @@
 
 Applying it as one entry took 1.2-1.5 s on every node, longer than an election
 timeout (0.3-0.6 s): the leader was deposed and the client's connection dropped.
-The session now kicks in entries of KICKS_PER_ENTRY jobs (server/session.py) and
+The session now kicks in entries of KICKS_PER_ENTRY jobs (server/beanstalk/session.py) and
 answers once with the total, as beanstalkd does; the leader keeps its term.
 
 Setting up 200,000 buried jobs is 600,000 commands; on this loaded machine the

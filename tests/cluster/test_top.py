@@ -7,6 +7,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from haqueue import admin_client
 from tests.support.servers import RawConn
 from tests.support.terminal import require_tmux, running_tmux
 
@@ -51,15 +54,38 @@ def test_top_shows_the_cluster_live_and_follows_a_failover(make_cluster, tmp_pat
         term.wait_for(lambda s: s == "(session ended)", what="top quits on q")
 
 
-def test_top_once_prints_one_frame_without_a_terminal(make_cluster):
-    cluster = make_cluster()
+def leader_term(cluster) -> tuple[str, int] | None:
+    """The serving leader's id and its term, as the leader itself reports them."""
     leader = cluster.leader()
-    done = subprocess.run([sys.executable, "-m", "haqueue", "top", "--config", str(cluster.config_path)],
-                          capture_output=True, text=True, timeout=30)
+    if leader is None:
+        return None
+    try:
+        return leader.id, admin_client.status(leader.address, leader.admin_port, 1.0)["term"]
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_top_once_prints_one_frame_without_a_terminal(make_cluster, nodes):
+    cluster = make_cluster(nodes=nodes)
+    for _ in range(3):
+        # A frame is a consistent picture only if no election ran while top asked the
+        # nodes; on a loaded 2-CPU machine five freshly started nodes may hold one:
+        # then the frame is taken again.
+        before = leader_term(cluster)
+        done = subprocess.run([sys.executable, "-m", "haqueue", "top", "--config", str(cluster.config_path)],
+                              capture_output=True, text=True, timeout=30)
+        if before is not None and leader_term(cluster) == before:
+            break
+    assert before is not None and leader_term(cluster) == before, "the leader kept changing"
+    leader_id = before[0]
     assert done.returncode == 0, done.stderr
-    assert f" leader {leader.id} " in done.stdout.splitlines()[0]
+    assert f" leader {leader_id} " in done.stdout.splitlines()[0]
     assert "\x1b[" not in done.stdout  # no escape sequences into a pipe
     assert row(done.stdout, "default")[1:2] == ["0"]
+    roles = {m.id: row(done.stdout, m.id)[1:3] for m in cluster.spec.nodes}
+    assert len(roles) == nodes
+    assert roles == {m.id: ["leader", "yes"] if m.id == leader_id else ["follower", "no"] for m in cluster.spec.nodes}
 
 
 def test_top_says_in_one_line_when_no_node_answers(make_cluster):

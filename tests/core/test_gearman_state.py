@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from haqueue.core.gearman import HIGH, LOW, NO_JOB, NORMAL, QUEUE_FULL, QUEUED, RUNNING, GearmanState
+from haqueue.core.gearman import HIGH, LOW, NORMAL, QUEUED, RUNNING, GearmanState
+from haqueue.core.results import NO_JOB, QUEUE_FULL
 
 T = 1_700_000_000_000
 CLIENT, WORKER, OTHER = 1, 2, 3

@@ -31,12 +31,13 @@ from haqueue.protocol.gearman import encode as gearman_encode
 from haqueue.core.state import QueueState
 from haqueue.replication.observed import RaftObservations
 from haqueue.config.replication import ReplicationSettings
-from haqueue.server.app import Listen, NodeOptions, QueueServer
+from haqueue.server.app import NodeOptions, QueueServer
+from haqueue.server.listeners import Listen
 from haqueue.server.batcher import Batcher
 from haqueue.server.disk_reserve import DiskReserve
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH, OUTPUT_HIGH, MemoryGauge
-from haqueue.server.session import Session
-from haqueue.server.tubes import DEFAULT_TUBE, TubeDirectory
+from haqueue.server.beanstalk.session import Session
+from haqueue.server.beanstalk.tubes import DEFAULT_TUBE, TubeDirectory
 from tests.protocol.test_beanstalk_fuzz import assert_only_events, codec_events, reference_events
 from tests.support.servers import split_replies
 
@@ -435,8 +436,8 @@ def _check_gearman_output(received: bytes) -> None:
 
 
 def check_gearman_session(data: bytes) -> None:
-    from haqueue.server.gearman_service import GearmanService
-    from haqueue.server.gearman_session import GearmanSession
+    from haqueue.server.gearman.service import GearmanService
+    from haqueue.server.gearman.session import GearmanSession
 
     loop, errors = _fresh_loop()
     server = make_server(loop)

@@ -80,7 +80,7 @@ def assert_vip_on_the_raft_leader(lab: Lab) -> None:
     assert len(holders) == 1, lab.describe()
     status = lab.node_status(holders[0])
     assert status is not None and status["role"] == "leader" and status["serving"], lab.describe()
-    others = [lab.node_status(n) for n in NODE_IDS if n != holders[0]]
+    others = [lab.node_status(n) for n in lab.node_ids if n != holders[0]]
     assert all(s is not None and s["role"] == "follower" for s in others), lab.describe()
 
 

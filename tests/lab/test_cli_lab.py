@@ -58,21 +58,25 @@ def test_help_names_every_scenario(capsys):
 
 @pytest.mark.lab
 @pytest.mark.root
-def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys):
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys, nodes):
     from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
 
     require_root_tools()
     directory, prefix = lab_dir()
     try:
-        code, err = run(capsys, "lab", "up", "--dir", str(directory), "--prefix", prefix)
+        code, err = run(capsys, "lab", "up", "--dir", str(directory), "--prefix", prefix, "--nodes", str(nodes))
         assert code == 0, err
         code = main(["lab", "status", "--dir", str(directory)])
         out = capsys.readouterr().out
         assert code == 0
-        rows = [line.split() for line in out.splitlines() if line[:3] in ("n1 ", "n2 ", "n3 ")]
-        assert [r[0] for r in rows] == ["n1", "n2", "n3"]
+        ids = [f"n{k}" for k in range(1, nodes + 1)]
+        rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0] in ids]
+        assert [r[0] for r in rows] == ids
+        assert [r[2] for r in rows] == [f"198.18.0.{10 + k}" for k in range(1, nodes + 1)]
         holders = [r for r in rows if r[-1] == "yes"]
         assert len(holders) == 1 and holders[0][4] == "leader", out
+        assert sorted(r[4] for r in rows) == ["follower"] * (nodes - 1) + ["leader"], out
         code = main(["lab", "up", "--dir", str(directory), "--prefix", prefix])
         assert code == 1
         assert capsys.readouterr().err == (
@@ -82,7 +86,8 @@ def test_up_status_down_show_the_leader_holding_the_vip_and_leave_nothing(capsys
         out = capsys.readouterr().out
         shutil.rmtree(directory, ignore_errors=True)
     assert code == 0
-    assert out == "stopped 6 processes, removed 5 namespaces, unmounted 3 data disks and their shared mount\n"
+    assert out == (f"stopped {2 * nodes} processes, removed {nodes + 2} namespaces, "
+                   f"unmounted {nodes} data disks and their shared mount\n")
     assert namespaces_with(prefix) == []
 
 

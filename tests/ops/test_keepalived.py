@@ -17,7 +17,7 @@ from haqueue.ops import keepalived
 from tests.ops.golden_tools import case_cluster, case_config_arg, check_golden
 from tests.ops.keepalived_tools import config_test, netns, require_root_tools
 
-CASES = ("vagrant", "tuned")
+CASES = ("vagrant", "tuned", "five")
 
 
 def rendered(case: str, node_id: str | None = None):
@@ -60,14 +60,18 @@ def test_config_test_tool_reports_a_bad_keyword(tmp_path):
     assert any("Unknown keyword 'nopreemt'" in line for line in lines)
 
 
-def test_every_node_is_backup_nopreempt_with_unicast_peers_and_no_strict_mode():
-    cluster, files = rendered("vagrant")
+@pytest.mark.parametrize("case", ["vagrant", "five"])
+def test_every_node_is_backup_nopreempt_with_unicast_peers_and_no_strict_mode(case):
+    cluster, files = rendered(case)
+    assert sorted(f.name for f in files if f.name.endswith(".conf")) == sorted(
+        f"keepalived-{n.id}.conf" for n in cluster.nodes)
     for node in cluster.nodes:
         conf = next(f.text for f in files if f.name == f"keepalived-{node.id}.conf")
         assert "    state BACKUP\n    nopreempt\n" in conf
         assert f"unicast_src_ip {node.address}\n" in conf
         peers = conf.split("unicast_peer {\n", 1)[1].split("    }", 1)[0].split()
         assert peers == [p.address for p in cluster.peers_of(node.id)]
+        assert len(peers) == len(cluster.nodes) - 1 and node.address not in peers
         assert "vrrp_strict" not in conf.replace("No vrrp_strict", "")
         assert "auth_pass" not in conf and "authentication {" not in conf
         assert f"priority {node.priority}\n" in conf

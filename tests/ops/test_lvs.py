@@ -13,7 +13,8 @@ from tests.ops.golden_tools import VAGRANT, case_cluster, case_config_arg, check
 from tests.ops.keepalived_tools import config_test, netns, require_root_tools
 
 # (golden case, cluster file case, --mode)
-CASES = [("vagrant-dr", "vagrant", None), ("vagrant-tun", "vagrant", "tun"), ("tuned", "tuned", None), ("nat", "nat", None)]
+CASES = [("vagrant-dr", "vagrant", None), ("vagrant-tun", "vagrant", "tun"), ("tuned", "tuned", None), ("nat", "nat", None),
+         ("five", "five", None)]
 
 
 def rendered(case: str, mode: str | None, node_id: str | None = None):
@@ -57,9 +58,14 @@ def test_every_rendered_script_passes_bash_n_and_shellcheck(golden, case, mode, 
             assert proc.returncode == 0, f"{f.name}:\n{proc.stdout}"
 
 
-def test_leader_only_health_check_on_every_real_server():
-    cluster, files = rendered("vagrant", None)
+@pytest.mark.parametrize("case", ["vagrant", "five"])
+def test_leader_only_health_check_on_every_real_server(case):
+    cluster, files = rendered(case, None)
     conf = next(f.text for f in files if f.name == "keepalived-d1.conf")
+    assert conf.count("    real_server ") == len(cluster.nodes)
+    # One real-server script per node, each for its own address.
+    assert sorted(f.name for f in files if f.name.startswith("lvs-realserver-")) == sorted(
+        f"lvs-realserver-{n.id}.sh" for n in cluster.nodes)
     assert f"virtual_server {cluster.vip_address} {cluster.client_port} {{" in conf
     assert "lvs_method DR\n" in conf and "    alpha\n" in conf
     assert "persistence_timeout" not in conf.replace("No persistence_timeout", "")

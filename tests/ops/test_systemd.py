@@ -224,7 +224,7 @@ def test_start_up_wait_returns_as_soon_as_haqueue_answers_health():
 @pytest.mark.parametrize("case", CASES)
 def test_reload_sends_the_signal_that_rereads_the_id_rules(case):
     # `systemctl reload haqueue` must reach the node as SIGHUP, the signal the server
-    # re-reads its [[id_rules]] on (server/app.py; proved end to end by
+    # re-reads its [[id_rules]] on (server/ids/rules.py; proved end to end by
     # tests/server/test_ids_udp.py::test_sighup_rereads_the_rules_and_the_leader_commits_them).
     cluster, files = rendered(case)
     for node in cluster.nodes:

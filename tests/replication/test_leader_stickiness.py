@@ -137,18 +137,18 @@ def test_a_restarted_node_ignores_votes_as_if_it_had_just_heard_the_leader():
 
 
 # ---------------------------------------------------------------- a property over random networks
-PAIRS = [(i, j) for i in range(3) for j in range(3) if i != j]  # directed links between three nodes
-
-phases = st.lists(
-    st.fixed_dictionaries({
-        "cut": st.sets(st.sampled_from(PAIRS)),  # dropped
-        "late": st.sets(st.sampled_from(PAIRS)),  # held back...
-        "late_kind": st.sampled_from([None, "request_vote"]),  # ...every message, or only vote requests
-        "release": st.booleans(),  # ...and delivered, in order, at the end of this phase or a later one
-        "paused": st.sets(st.integers(0, 2), max_size=1),  # a node whose ticks are stuck
-        "steps": st.integers(4, 120),  # rounds of STEP (0.005 s): 0.02 to 0.6 s
-    }),
-    min_size=1, max_size=6)
+def _phases(count: int, max_paused: int):
+    pairs = [(i, j) for i in range(count) for j in range(count) if i != j]  # directed links between the nodes
+    return st.lists(
+        st.fixed_dictionaries({
+            "cut": st.sets(st.sampled_from(pairs)),  # dropped
+            "late": st.sets(st.sampled_from(pairs)),  # held back...
+            "late_kind": st.sampled_from([None, "request_vote"]),  # ...every message, or only vote requests
+            "release": st.booleans(),  # ...and delivered, in order, at the end of this phase or a later one
+            "paused": st.sets(st.integers(0, count - 1), max_size=max_paused),  # nodes whose ticks are stuck
+            "steps": st.integers(4, 120),  # rounds of STEP (0.005 s): 0.02 to 0.6 s
+        }),
+        min_size=1, max_size=6)
 
 
 def _holds(late: set, kind):
@@ -157,10 +157,8 @@ def _holds(late: set, kind):
     return hold
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(phases)
-def test_no_lease_overlaps_a_newer_leader_whatever_the_network_does(schedule):
-    with ticked_cluster() as cluster:
+def _no_overlap_through(schedule, count: int) -> None:
+    with ticked_cluster(count=count) as cluster:
         nodes = cluster.nodes
         address = [n.selfNode.address for n in nodes]
         links = Links(nodes)
@@ -180,3 +178,16 @@ def test_no_lease_overlaps_a_newer_leader_whatever_the_network_does(schedule):
         cluster.run_while(lambda: no_lease_overlaps_another_leader(cluster), seconds=1.0)
         # And the cluster comes back together: one leader of one term.
         cluster.run_until(cluster.settled, seconds=10, what="one leader of one term after the network healed")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_phases(3, max_paused=1))
+def test_no_lease_overlaps_a_newer_leader_whatever_the_network_does(schedule):
+    _no_overlap_through(schedule, 3)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_phases(5, max_paused=2))
+def test_among_five_no_lease_overlaps_a_newer_leader_whatever_the_network_does(schedule):
+    # Five nodes: a lease needs two followers' acknowledgements, and two nodes may be stuck at once.
+    _no_overlap_through(schedule, 5)

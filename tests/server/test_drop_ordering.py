@@ -2,7 +2,7 @@
 
 beanstalkd puts a closed connection's reservations back before it reads anything else;
 haqueue logs DROP_CONN, so for a moment they are still reserved. Reads wait for it
-(QueueServer.reads_after_drops); so must a reserve that would otherwise answer at once.
+(server/beanstalk/drops.py); so must a reserve that would otherwise answer at once.
 The server, sessions and batcher are real; the log is the fuzz harness's InstantLog.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from haqueue.server.batcher import wall_ms
-from haqueue.server.session import Session
+from haqueue.server.beanstalk.session import Session
 from tests.fuzz.harness import ScriptedTransport, make_server
 
 
@@ -37,7 +37,7 @@ def test_a_reserve_with_timeout_0_right_after_a_close_gets_the_job_the_close_rel
         turns(loop)
         other, transport = connect(server, 2)
         holder.connection_lost(None)  # its DROP_CONN is submitted, not yet applied
-        assert server.drops_pending
+        assert server.drops.pending
         other.data_received(b"reserve-with-timeout 0\r\n")
         turns(loop)
         transport.drain(1 << 20)

@@ -10,7 +10,7 @@ import asyncio
 
 from haqueue.core import commands as C
 from haqueue.server.batcher import wall_ms
-from haqueue.server.session import Session
+from haqueue.server.beanstalk.session import Session
 from tests.fuzz.harness import ScriptedTransport, make_server
 
 

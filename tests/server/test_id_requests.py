@@ -1,4 +1,4 @@
-"""IdRequests (server/ids_udp.py): results of the id state machine become replies.
+"""IdRequests (server/ids/udp.py): results of the id state machine become replies.
 
 The state machine is the real one (core/ids.py). What stands in is the commit:
 a batcher that applies each command to that state when told to, or fails it
@@ -15,8 +15,8 @@ from haqueue.core import commands as C
 from haqueue.core.idrules import IdRule
 from haqueue.core.ids import IdState
 from haqueue.protocol import idjson
-from haqueue.server import ids_udp
-from haqueue.server.ids_udp import IdRequests
+from haqueue.server.ids import udp as ids_udp
+from haqueue.server.ids.udp import IdRequests
 from tests.support.held import Disk, HeldCommands, Lease, SoonLoop
 
 NOW = 1_795_363_200_000  # 2026-11-22T16:00:00Z

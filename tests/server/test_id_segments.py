@@ -1,4 +1,4 @@
-"""Segment mode (server/ids_udp.py): blocks committed ahead, served from the leader's memory.
+"""Segment mode (server/ids/udp.py): blocks committed ahead, served from the leader's memory.
 
 The state machine is the real one (core/ids.py), applied through the real
 QueueState entry point; what stands in is the commit, as in
@@ -27,8 +27,8 @@ from haqueue.core.idrules import IdRule
 from haqueue.core.ids import wanted_rule_records
 from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
-from haqueue.server import ids_udp
-from haqueue.server.ids_udp import IdRequests
+from haqueue.server.ids import udp as ids_udp
+from haqueue.server.ids.udp import IdRequests
 from tests.fuzz.harness import make_server
 from tests.support.held import Disk, HeldCommands, Lease, SoonLoop
 

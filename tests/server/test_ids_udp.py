@@ -215,7 +215,7 @@ def test_a_wildcard_bound_socket_replies_from_the_address_each_request_was_sent_
     Traffic stays on loopback; the wildcard socket lives for the test only."""
     import asyncio
 
-    from haqueue.server.ids_udp import PktinfoTransport
+    from haqueue.server.ids.udp import PktinfoTransport
 
     class Echo:
         transport = None

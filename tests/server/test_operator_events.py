@@ -1,5 +1,5 @@
 """A connection that names itself with `haqueue-operator NAME` has each change recorded as an
-event once it is applied (haqueue/server/operator_events.py); other connections never do."""
+event once it is applied (haqueue/server/beanstalk/operator_events.py); other connections never do."""
 
 from __future__ import annotations
 

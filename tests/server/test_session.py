@@ -1,4 +1,4 @@
-"""One client connection (haqueue/server/session.py), hosted through its typed host interface.
+"""One client connection (haqueue/server/beanstalk/session.py), hosted through its typed host interface.
 
 A Session here knows its server only as a SessionHost (host.py): the host is
 tests/support/session_host.LocalHost, with a real QueueState, TubeDirectory and
@@ -17,10 +17,11 @@ import pytest
 from haqueue.config.limits import ClientLimits
 from haqueue.core import commands as C
 from haqueue.protocol import beanstalk as P
-from haqueue.server import session as session_module
+from haqueue.server.beanstalk import session as session_module
 from haqueue.server.host import SessionHost
+from haqueue.config.limits import ClientLimits
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH
-from haqueue.server.tubes import DEFAULT_TUBE
+from haqueue.server.beanstalk.tubes import DEFAULT_TUBE
 from tests.support.session_host import LocalHost, connect, turn
 
 

@@ -1,7 +1,7 @@
 """Each front end uses its server only through an interface of its own, and QueueServer is each.
 
 A beanstalkd Session sees host.SessionHost, the Gearman service
-gearman_service.GearmanHost, the id service ids_udp.IdHost. The interfaces are
+gearman.service.GearmanHost, the id service ids.udp.IdHost. The interfaces are
 what keep those modules from depending on app.py (which imports them): these
 tests fail when a module reaches for a server attribute its interface does not
 list, when an interface lists what the module never uses, or when QueueServer
@@ -17,13 +17,15 @@ from typing import Protocol
 import pytest
 
 from haqueue.server import connection as connection_module
-from haqueue.server import gearman_service, gearman_session, ids_udp
-from haqueue.server import session as session_module
+from haqueue.server.gearman import service as gearman_service, session as gearman_session
+from haqueue.server.ids import udp as ids_udp
+from haqueue.server.beanstalk import session as session_module
 from haqueue.config.replication import ReplicationSettings
-from haqueue.server.app import Listen, NodeOptions, QueueServer
-from haqueue.server.gearman_service import GearmanHost
+from haqueue.server.app import NodeOptions, QueueServer
+from haqueue.server.listeners import Listen
+from haqueue.server.gearman.service import GearmanHost
 from haqueue.server.host import ConnectionHost, SessionHost
-from haqueue.server.ids_udp import IdHost
+from haqueue.server.ids.udp import IdHost
 
 # (the modules that use the interface, each with the name it calls the server by), interface.
 # A Gearman connection's host is the service's server (connection.py calls it `host`).
@@ -94,3 +96,19 @@ def test_the_shared_connection_code_uses_nothing_of_its_host_beyond_connection_h
     used = _server_attributes_used_by(connection_module, "host")
     assert used, "the scan found no use at all: it no longer reads connection.py"
     assert used <= _members(ConnectionHost), sorted(used - _members(ConnectionHost))
+
+
+def test_queue_server_reads_of_a_session_only_its_narrow_interface():
+    """The way back is narrow too: app.py reads a Session only through host.HostedSession, and
+    the waiting reserves (waiters.py) only through waiters.Waiter; a Session is each."""
+    from haqueue.server import app as app_module, waiters as waiters_module
+    from haqueue.server.beanstalk.session import Session
+    from haqueue.server.host import HostedSession
+    from haqueue.server.waiters import Waiter
+
+    for module, name, interface in [(app_module, "session", HostedSession), (waiters_module, "waiter", Waiter)]:
+        used = _server_attributes_used_by(module, name)
+        assert used, f"the scan found no use at all: it no longer reads {module.__name__}"
+        assert used <= _members(interface), sorted(used - _members(interface))
+        session_members = set(dir(Session)) | {"conn_id", "watch"}  # the two set in __init__
+        assert _members(interface) <= session_members, sorted(_members(interface) - session_members)

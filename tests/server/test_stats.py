@@ -1,4 +1,4 @@
-"""The bodies of `stats-job`, `stats-tube` and `stats` (haqueue/server/stats.py).
+"""The bodies of `stats-job`, `stats-tube` and `stats` (haqueue/server/beanstalk/stats.py).
 
 Keys and their order are beanstalkd 1.12's (prot.c JOB_STATS_FMT, STATS_TUBE_FMT,
 STATS_FMT); tests/differential compares them with a real beanstalkd where one is
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
-from haqueue.server.stats import COUNTED_COMMANDS, ServerCounters, job_stats, server_stats, tube_stats
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.stats import COUNTED_COMMANDS, ServerCounters, job_stats, server_stats, tube_stats
+from haqueue.server.beanstalk.tubes import TubeDirectory
 
 S = 1_000_000  # the stamp the jobs are put at (ms)
 CONN = 7
@@ -142,3 +142,14 @@ def test_server_stats_keys_in_beanstalkds_order_then_haqueues_own():
     assert (stats["cmd-put"], stats["total-jobs"], stats["current-tubes"]) == ("5", "5", "2")
     assert (stats["current-producers"], stats["current-workers"], stats["current-waiting"]) == ("1", "1", "1")
     assert (stats["version"], stats["draining"], stats["raft-state"]) == ('"1.12"', "false", "leader")
+
+
+def test_a_delay_shortened_by_its_wait_for_a_starting_node_shows_the_seconds_asked_for():
+    # A `put 0 1 ...` that arrived while the node started is logged with 1 s less
+    # the wait (session.py _duration_ms): 999 ms. beanstalkd shows `delay: 1`;
+    # the floor that age and time-left use showed 0 (the [delay] differential case).
+    state = QueueState()
+    (shortened,) = apply(state, S, (C.PUT, "default", 0, 999, 60_000, b"x"))
+    (exact,) = apply(state, S, (C.PUT, "default", 0, 3_000, 60_000, b"x"))
+    assert dict(parse(job_stats(state.job(shortened[1]), state, S)))["delay"] == "1"
+    assert dict(parse(job_stats(state.job(exact[1]), state, S)))["delay"] == "3"

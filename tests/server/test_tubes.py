@@ -1,4 +1,4 @@
-"""Which tubes exist as a client sees them (haqueue/server/tubes.py), against a real QueueState.
+"""Which tubes exist as a client sees them (haqueue/server/beanstalk/tubes.py), against a real QueueState.
 
 A tube lives while a session refers to it or the replicated state holds a job in
 it; when both are gone it is freed, and the log must forget a replicated record.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
-from haqueue.server.tubes import DEFAULT_TUBE, TubeDirectory
+from haqueue.server.beanstalk.tubes import DEFAULT_TUBE, TubeDirectory
 
 STAMP = 1_000_000
 

@@ -1,4 +1,4 @@
-"""Stand-ins for the commit, for tests of the id front end (server/ids_udp.py) with the real
+"""Stand-ins for the commit, for tests of the id front end (server/ids/udp.py) with the real
 state machine: commands wait until the test commits them (subclasses say how they are applied)
 or loses them (outcome unknown), and a read lease the test can take away."""
 

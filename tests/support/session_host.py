@@ -20,9 +20,9 @@ import asyncio
 from haqueue.core import commands as C
 from haqueue.core.state import QueueState
 from haqueue.config.limits import ClientLimits
-from haqueue.server.session import Session
-from haqueue.server.stats import ServerCounters
-from haqueue.server.tubes import TubeDirectory
+from haqueue.server.beanstalk.session import Session
+from haqueue.server.beanstalk.stats import ServerCounters
+from haqueue.server.beanstalk.tubes import TubeDirectory
 
 STAMP = 1_700_000_000_000
 

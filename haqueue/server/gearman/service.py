@@ -1,17 +1,17 @@
 """GearmanService: the Gearman front end of a leader — its listener, its connections, its wake-ups.
 
-A second front end on the same log, as the id service is (ids_udp.py): the
+A second front end on the same log, as the id service is (server/ids/udp.py): the
 queue itself is GearmanState inside QueueState (core/gearman.py), changed
 only by log entries; this object owns what belongs to the leader's process
 and dies with its leadership:
 - the listener on the Gearman port (and the VIP), open only while this node
   serves as leader, like the beanstalkd port (app.py opens and closes both);
-- the connections (gearman_session.py) by connection id, so that a worker's
+- the connections (server/gearman/session.py) by connection id, so that a worker's
   WORK_* reach the clients a job names;
 - which connection can do which function, and which workers sleep
   (PRE_SLEEP) waiting for a NOOP: after each applied entry, the functions in
   which a job became grabbable (Effects.gearman_woken) wake theirs;
-- the admin protocol's answers (gearman_admin.py words them);
+- the admin protocol's answers (server/gearman/admin.py words them);
 - `shutdown graceful`: no new connections, the node stops when the last closes.
 
 A connection's id comes from the leader's connection counter, shared with
@@ -31,13 +31,12 @@ from typing import Protocol
 from haqueue import __version__
 from haqueue.core import commands as C
 from haqueue.protocol import gearman as P
-from haqueue.server import gearman_admin as A
-from haqueue.server.gearman_session import GearmanSession
+from haqueue.server.gearman import admin as A
+from haqueue.server.gearman.session import GearmanSession
 from haqueue.server.host import ConnectionHost
+from haqueue.server.listeners import VipBinder, bound_socket
 
 log = logging.getLogger(__name__)
-
-IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
 
 
 class RefusedGearmanConnection(asyncio.Protocol):
@@ -74,23 +73,10 @@ class GearmanService:
         # bounded (the oldest forgotten first), and gone with the leadership.
         self.named: dict[str, None] = {}
         self._listeners: list[asyncio.AbstractServer] = []
-        self._vip_retry: asyncio.TimerHandle | None = None
+        self._vip = (VipBinder("serve Gearman", self.vip, port, self._bind_vip, lambda: self.open_)
+                     if self.vip is not None else None)
         self.open_ = False
         self.stop_when_idle = False  # `shutdown graceful` was asked
-
-    # What sessions use of the server, in one place (the SessionHost of Gearman).
-
-
-
-
-
-
-
-
-
-
-
-
 
     # -------------------------------------------------------------- listener
     async def open(self) -> None:
@@ -98,9 +84,9 @@ class GearmanService:
         VIP, retried until it binds."""
         self.open_ = True
         self.stop_when_idle = False
-        await self._listen(_bound(self.host, self.port, False))
-        if self.vip is not None:
-            await self._open_vip()
+        await self._listen(bound_socket(self.host, self.port))
+        if self._vip is not None:
+            await self._vip.bind()
 
     async def _listen(self, sock: socket.socket) -> None:
         """Serve on a bound socket, unless closed meanwhile (leadership lost while awaiting:
@@ -115,18 +101,8 @@ class GearmanService:
         else:
             listener.close()
 
-    async def _open_vip(self) -> None:
-        self._vip_retry = None
-        if not self.open_:
-            return
-        try:
-            sock = _bound(self.vip, self.port, freebind=True)
-        except OSError as exc:
-            # Another node on this host still holds it (a loopback cluster in transition).
-            log.warning("cannot serve Gearman on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
-            self._vip_retry = self.server.loop.call_later(0.2, lambda: self.server.loop.create_task(self._open_vip()))
-            return
-        await self._listen(sock)
+    async def _bind_vip(self) -> None:
+        await self._listen(bound_socket(self.vip, self.port, freebind=True))
 
     def addresses(self) -> list[tuple]:
         return [s.getsockname() for listener in self._listeners for s in listener.sockets]
@@ -140,9 +116,8 @@ class GearmanService:
         self.sleepers.clear()
 
     def _close_listeners(self) -> None:
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
+        if self._vip is not None:
+            self._vip.cancel()
         listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener.close()
@@ -295,17 +270,3 @@ class GearmanService:
 def _ignore(result) -> None:
     pass
 
-
-def _bound(host: str, port: int, freebind: bool) -> socket.socket:
-    """A listening TCP socket (IP_FREEBIND for the VIP: it arrives after leadership does)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if freebind:
-            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except BaseException:
-        sock.close()
-        raise
-    return sock

@@ -32,6 +32,15 @@ def _seconds(ms: int) -> int:
     return ms // 1000 if ms > 0 else 0
 
 
+def _asked_seconds(ms: int) -> int:
+    """The whole seconds a client asked for (put's and release's delay, pause-tube's).
+    The logged value is that many seconds, less the time a command waited for a
+    starting node (session.py `_duration_ms`: the delay counts from its arrival), so
+    it is rounded back, not floored: `put 0 1 ...` sent while the node started shows
+    `delay: 1`, as beanstalkd's does (its floor would show 0)."""
+    return (ms + 500) // 1000 if ms > 0 else 0
+
+
 def job_stats(job, state, now: int) -> bytes:
     return yaml_dict((
         ("id", job.id),
@@ -39,7 +48,7 @@ def job_stats(job, state, now: int) -> bytes:
         ("state", STATE_NAMES[job.state]),
         ("pri", job.pri),
         ("age", _seconds(now - job.created)),
-        ("delay", _seconds(job.delay)),
+        ("delay", _asked_seconds(job.delay)),
         ("ttr", _seconds(job.ttr)),
         ("time-left", _seconds(state.job_time_left(job, now))),
         ("file", 0),
@@ -61,7 +70,7 @@ def tube_stats(name: str, state, directory, waiting: int, now: int) -> bytes:
                   len(tube.buried))
         total, cmd_delete, cmd_pause = tube.total_jobs, tube.cmd_delete, tube.cmd_pause
         paused = tube.paused(now)
-        pause = _seconds(tube.pause) if paused else 0
+        pause = _asked_seconds(tube.pause) if paused else 0
         left = _seconds(tube.unpause_at - now) if paused else 0
     return yaml_dict((
         ("name", name),

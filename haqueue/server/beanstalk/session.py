@@ -56,7 +56,7 @@ from haqueue.core import commands as C
 from haqueue.core.results import Tag
 from haqueue.protocol import beanstalk as P
 from haqueue.server.batcher import KICKS_PER_ENTRY, wall_ms
-from haqueue.server import operator_events
+from haqueue.server.beanstalk import operator_events
 from haqueue.server.gc_policy import cut_transport_cycle
 from haqueue.server.connection import Connection
 from haqueue.server.host import SessionHost
@@ -64,11 +64,11 @@ from haqueue.server.limits import (
     COMMANDS_PER_TURN, MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES, OUTPUT_HIGH,
     OUTPUT_LOW, READ_TURN_SECONDS, TURN_SECONDS,
 )
-from haqueue.server.ordered_set import SwapRemoveList
-from haqueue.server.replies import reply_for
-from haqueue.server.stats import COUNTED_COMMANDS, job_stats, tube_stats
+from haqueue.server.beanstalk.ordered_set import SwapRemoveList
+from haqueue.server.beanstalk.replies import reply_for
+from haqueue.server.beanstalk.stats import COUNTED_COMMANDS, job_stats, tube_stats
 from haqueue.server.timers import STAMP_RESOLUTION_MS, PreciseTimer, deadline_ms, monotonic_at_wall_ms
-from haqueue.server.tubes import DEFAULT_TUBE
+from haqueue.server.beanstalk.tubes import DEFAULT_TUBE
 
 log = logging.getLogger(__name__)
 
@@ -196,14 +196,35 @@ class Session(Connection):
         if self.parser.put_pending:
             self.server.counters.commands["put"] += 1  # as beanstalkd, counted at its command line
         self._cancel_timer()
-        if self.output_timer is not None:
-            self.output_timer.cancel()
-            self.output_timer = None
-        if self.lease_timer is not None:
-            self.lease_timer.cancel()
-            self.lease_timer = None
+        self._stop_timers()
+        self._release_tubes()
         self.server.session_closed(self)
         cut_transport_cycle(self.transport)
+
+    def _release_tubes(self) -> None:
+        """A closed connection no longer uses or watches its tubes: one that nothing
+        else refers to is forgotten (tubes.py)."""
+        server = self.server
+        directory = server.directory
+        directory.count_use(self.use, -1)
+        server.unref_tube(self.use)
+        for name in list(self.watch):
+            directory.count_watch(name, -1)
+            server.unref_tube(name)
+
+    # What the server reads of a session (beside conn_id, flush, end and arrived_early),
+    # so that app.py knows a session as little as a session knows it (host.HostedSession).
+    @property
+    def work_in_flight(self) -> bool:
+        """A command or a reserve of this connection is in an entry not yet applied."""
+        return bool(self.in_flight or self.reserve_in_flight)
+
+    def resume_read(self) -> None:
+        """A read that waited for a closed connection's reservations to come back goes on."""
+        if self.reserving:
+            self.try_reserve()
+        else:
+            self.pump()
 
     # --------------------------------------------------------------- output
     def _close_if_done(self) -> None:
@@ -570,7 +591,7 @@ class Session(Connection):
             # A connection closed a moment ago and its reservations are on
             # their way back to ready (DROP_CONN in flight): beanstalkd would
             # already have them, so decide (TIMED_OUT, DEADLINE_SOON, wait)
-            # once they are applied (QueueServer._drop_done tries again).
+            # once they are applied (beanstalk/drops.py tries again).
             return False
         # A deadline is stored up to STAMP_RESOLUTION_MS after the moment the
         # client's time-to-run ends (timers.deadline_ms), so that it never

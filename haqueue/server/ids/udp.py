@@ -32,7 +32,7 @@ node from start to stop: followers answer `not_leader` naming the leader's id
 endpoint, so a client that walks a server list until `code == 0` (id_server's
 client pattern) finds the leader. The VIP, when one is configured, is bound
 only while this node serves as leader (IP_FREEBIND: the address arrives after
-leadership does), like the client listener (server/app.py). Each socket is bound to one address,
+leadership does), like the client listener (server/listeners.py). Each socket is bound to one address,
 so a reply leaves from the address its request was sent to: a client that
 connect()s its UDP socket, as id_server's own client does, drops a reply
 from any other source. A node bound to the IPv4 wildcard (`-l 0.0.0.0`)
@@ -61,28 +61,31 @@ import logging
 import socket
 import struct
 from collections import deque
+from functools import partial
 from typing import Callable, Protocol
 
 from haqueue.core import commands as C
+from haqueue.core.idrules import SEGMENT
 from haqueue.core.ids import MAX_RESERVE
+from haqueue.core.results import Tag
 from haqueue.core.state import QueueState
 from haqueue.protocol import idjson
-from haqueue.protocol.idjson import BadRequest, GetId, Monitor
+from haqueue.protocol.idjson import BadRequest, GetId, Monitor, Outcome
 from haqueue.server.batcher import wall_ms
 from haqueue.server.host import Admits, LeaseHolder, Submits
+from haqueue.server.listeners import VipBinder, bound_socket
 
 log = logging.getLogger(__name__)
 
-IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # linux/in.h
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", None) or 8  # linux/in.h; Python 3.11 does not name it
 _PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
 READS_PER_WAKE = 64  # datagrams read per readiness event before others get the loop
 MAX_PENDING = 10_000
 RCVBUF = 4 << 20  # a burst of datagrams waits here while the loop commits the last
 
-# respond(outcome, body): outcome is "ok", an idjson error name, or None when
+# respond(outcome, body): outcome is an idjson.Outcome (OK or the error the reply names), or None when
 # the outcome is unknown (body None: no reply).
-Respond = Callable[[str | None, bytes | None], None]
+Respond = Callable[[Outcome | None, bytes | None], None]
 
 
 DEFAULT_RATE = 20_000  # datagrams a second per source address; 0: no limit
@@ -223,27 +226,27 @@ class IdRequests:
             return
         server = self.server
         if not server.serving or server.replica is None:
-            respond("not_leader", idjson.not_leader(request, self.leader()))
+            respond(Outcome.NOT_LEADER, idjson.not_leader(request, self.leader()))
             return
         if isinstance(request, Monitor):
             self._monitor(request, respond)
             return
         rule = server.state.ids.rules.get(request.rule)
         if rule is None:
-            respond("unknown_rule", idjson.unknown_rule(request))
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
             return
         if not idjson.salt_fits(request.salt, rule.salt_max_len):
-            bad = BadRequest("bad_request", "bad salt", request.seq)
+            bad = BadRequest(Outcome.BAD_REQUEST, "bad salt", request.seq)
             respond(bad.error, idjson.error(request, bad.error, bad.message))
             return
-        if rule.mode == "segment":
+        if rule.mode == SEGMENT:
             self._from_segment(request, rule, respond)
             return
         if self.pending >= MAX_PENDING:
             respond(None, None)
             return
         if not server.disk.admits(0):  # below the disk reserve (disk_reserve.py)
-            respond("disk_full", idjson.disk_full(request))
+            respond(Outcome.DISK_FULL, idjson.disk_full(request))
             return
         self.pending += 1
         first = not self._gathered  # the first get of this loop turn: reserve once the turn's are in
@@ -273,7 +276,7 @@ class IdRequests:
 
     def _answer_gathered(self, waiting: list, result: tuple | None) -> None:
         self.pending -= len(waiting)
-        if result is None or result[0] != "RESERVED":
+        if result is None or result[0] != Tag.RESERVED:
             for request, respond in waiting:
                 self._reserved_error(request, respond, result)
             return
@@ -285,9 +288,9 @@ class IdRequests:
             return
         for i, (request, respond) in enumerate(waiting):
             if i < count:
-                respond("ok", idjson.success(request, rule.render(first + i * step, now, request.salt or "")))
+                respond(Outcome.OK, idjson.success(request, rule.render(first + i * step, now, request.salt or "")))
             else:  # the counter ran out inside this reservation, as a later one of its own would
-                respond("exhausted", idjson.exhausted(request, rule.cycle_end_ms(rule.cycle(now)), rule.utc_offset))
+                respond(Outcome.EXHAUSTED, idjson.exhausted(request, rule.cycle_end_ms(rule.cycle(now)), rule.utc_offset))
 
     # ------------------------------------------------------------ segment mode
     def _from_segment(self, request: GetId, rule, respond: Respond) -> None:
@@ -313,11 +316,11 @@ class IdRequests:
         fetch = segments.may_fetch(wall) and self.server.disk.admits(0)
         if taken is not None:
             value, now = taken
-            respond("ok", idjson.success(request, rule.render(value, now, request.salt or "")))
+            respond(Outcome.OK, idjson.success(request, rule.render(value, now, request.salt or "")))
         elif segments.exhausted is not None:
-            respond("exhausted", idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
+            respond(Outcome.EXHAUSTED, idjson.exhausted(request, segments.exhausted[0], rule.utc_offset))
         elif not segments.fetching and not fetch:
-            respond("disk_full", idjson.disk_full(request))
+            respond(Outcome.DISK_FULL, idjson.disk_full(request))
             if not segments.blocks and not segments.waiting:
                 del self.segments[key]
             return
@@ -345,7 +348,7 @@ class IdRequests:
             return  # dropped on step-down: its waiters were answered then
         waiting, segments.waiting = segments.waiting, []
         tag = result[0] if result is not None else None
-        if tag == "RESERVED":
+        if tag == Tag.RESERVED:
             _, first, count, step, now = result
             segments.blocks.append([first, count, step, segments.rule.cycle(now), now])
             wall = wall_ms()
@@ -355,13 +358,13 @@ class IdRequests:
                     break
                 request, respond = waiting.pop(0)
                 self.pending -= 1
-                respond("ok", idjson.success(request, segments.rule.render(taken[0], taken[1],
+                respond(Outcome.OK, idjson.success(request, segments.rule.render(taken[0], taken[1],
                                                                            request.salt or "")))
             segments.waiting = waiting
             if waiting or segments.may_fetch(wall):
                 self._fetch(key, segments)
             return
-        if tag == "EXHAUSTED":
+        if tag == Tag.EXHAUSTED:
             segments.exhausted = (result[1],)
         for request, respond in waiting:
             self.pending -= 1
@@ -393,26 +396,26 @@ class IdRequests:
         known = request.rule in ids.rules
         report = ids.monitor(request.rule, request.app)
         if not known:
-            respond("unknown_rule", idjson.unknown_rule(request))
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
         elif report is None:
-            respond("not_exist", idjson.not_exist(request))
+            respond(Outcome.NOT_EXIST, idjson.not_exist(request))
         else:
-            respond("ok", idjson.monitor_reply(request, report))
+            respond(Outcome.OK, idjson.monitor_reply(request, report))
 
     def _reserved_error(self, request: GetId, respond: Respond, result: tuple | None) -> None:
         tag = result[0] if result is not None else None
         if tag is None:
             respond(None, None)
-        elif tag == "EXHAUSTED":
+        elif tag == Tag.EXHAUSTED:
             rule = self.server.state.ids.rules.get(request.rule)
-            respond("exhausted", idjson.exhausted(request, result[1], rule.utc_offset if rule else 0))
-        elif tag == "UNKNOWN_RULE":
-            respond("unknown_rule", idjson.unknown_rule(request))
-        elif tag == "TOO_MANY_APPS":
-            respond("too_many_apps", idjson.too_many_apps(request))
+            respond(Outcome.EXHAUSTED, idjson.exhausted(request, result[1], rule.utc_offset if rule else 0))
+        elif tag == Tag.UNKNOWN_RULE:
+            respond(Outcome.UNKNOWN_RULE, idjson.unknown_rule(request))
+        elif tag == Tag.TOO_MANY_APPS:
+            respond(Outcome.TOO_MANY_APPS, idjson.too_many_apps(request))
         else:  # BAD_ARGUMENTS: the codec let through what the state machine refuses
             log.error("id reservation refused: %r for %r", result, request)
-            respond("bad_request", idjson.error(request, "bad_request", "bad request"))
+            respond(Outcome.BAD_REQUEST, idjson.error(request, Outcome.BAD_REQUEST, "bad request"))
 
 
 class IdDatagrams(asyncio.DatagramProtocol):
@@ -525,7 +528,8 @@ class IdListener:
         self.vip = vip if vip != host else None
         self.transports: list[asyncio.DatagramTransport] = []
         self._vip_transport: asyncio.DatagramTransport | None = None
-        self._vip_retry: asyncio.TimerHandle | None = None
+        self._vip = (VipBinder("serve ids", self.vip, port, partial(self._bind, self.vip, True),
+                               lambda: self.open_ and self.vip_open) if self.vip is not None else None)
         self.open_ = False
         self.vip_open = False
 
@@ -538,27 +542,21 @@ class IdListener:
         """While leader: bind the VIP too, retried until it binds or close_vip."""
         if self.vip is not None and self.open_ and not self.vip_open:
             self.vip_open = True
-            await self._bind_vip()
+            await self._vip.bind()
 
     def close_vip(self) -> None:
         self.vip_open = False
-        if self._vip_retry is not None:
-            self._vip_retry.cancel()
-            self._vip_retry = None
+        if self._vip is not None:
+            self._vip.cancel()
         if self._vip_transport is not None:
             transport, self._vip_transport = self._vip_transport, None
             transport.close()
 
     async def _bind(self, host: str, freebind: bool) -> asyncio.DatagramTransport | None:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        # The VIP's socket and a wildcard host's share the port (SO_REUSEADDR): the more
+        # specific binding gets the VIP's datagrams (and replies from the VIP).
+        sock = bound_socket(host, self.port, socket.SOCK_DGRAM, freebind=freebind, rcvbuf=RCVBUF)
         try:
-            # The VIP's socket and a wildcard host's share the port: the more
-            # specific binding gets the VIP's datagrams (and replies from the VIP).
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
-            if freebind:
-                sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((host, self.port))
             protocol = IdDatagrams(self.requests, self.limit, self.server.loop.time)
             if host == "0.0.0.0":
                 transport = PktinfoTransport(self.server.loop, sock, protocol)
@@ -575,17 +573,6 @@ class IdListener:
         else:
             self.transports.append(transport)
         return transport
-
-    async def _bind_vip(self) -> None:
-        self._vip_retry = None
-        if not self.open_ or not self.vip_open:
-            return
-        try:
-            await self._bind(self.vip, freebind=True)
-        except OSError as exc:
-            log.warning("cannot serve ids on the VIP %s:%d yet: %s", self.vip, self.port, exc.strerror)
-            loop = self.server.loop
-            self._vip_retry = loop.call_later(0.2, lambda: loop.create_task(self._bind_vip()))
 
     def close(self) -> None:
         self.open_ = False

@@ -16,7 +16,7 @@ go into `slots`, one per request, and leave in order:
   forwards to clients (WORK_DATA, WORK_WARNING) waits until this connection's
   earlier requests are applied, so it sees them and keeps their order;
 - the rest (ECHO, CAN_DO, OPTION_REQ, PRE_SLEEP, ...) is answered at once.
-WORK_* reach the job's clients through the service (gearman_service.py),
+WORK_* reach the job's clients through the service (server/gearman/service.py),
 which appends them to each client's slots, behind what it was already told.
 An entry whose outcome is unknown (leadership lost) closes the connection
 without a reply.
@@ -48,11 +48,12 @@ from functools import partial
 
 from haqueue.core import commands as C
 from haqueue.core.gearman import HIGH, LOW, NORMAL
+from haqueue.core.results import Tag
 from haqueue.protocol import gearman as P
 from haqueue.protocol.gearman import AdminLine, Packet, ProtocolError
 from haqueue.server.connection import Connection
 from haqueue.server.gc_policy import cut_transport_cycle
-from haqueue.server.gearman_admin import atoi
+from haqueue.server.gearman.admin import atoi
 from haqueue.server.limits import (COMMANDS_PER_TURN, MAX_IN_FLIGHT, OUTPUT_HARD, OUTPUT_HIGH,
                                    OUTPUT_LOW)
 
@@ -103,7 +104,7 @@ class GearmanSession(Connection):
 
     def __init__(self, service, conn_id: int) -> None:
         super().__init__(service.server)  # connection.py: slots, output and input bounds, the lease
-        self.service = service  # gearman_service.GearmanService
+        self.service = service  # gearman.service.GearmanService
         self.conn_id = conn_id
         self.decoder = P.GearmanDecoder(max_packet=max(MAX_PACKET, self.host.max_job_size + ARGUMENT_ROOM))
         self.peer = "-"
@@ -146,9 +147,9 @@ class GearmanSession(Connection):
         if self.closed:
             return
         self.closed = True
-        for timer in (self.output_timer, self.lease_timer, *self.job_timers.values()):
-            if timer is not None:
-                timer.cancel()
+        self._stop_timers()
+        for timer in self.job_timers.values():
+            timer.cancel()
         self.job_timers.clear()
         self.service.session_closed(self)
         cut_transport_cycle(self.transport)
@@ -407,7 +408,7 @@ class GearmanSession(Connection):
         self.submit((C.GM_GRAB, self.conn_id, functions), partial(self._assigned, name))
 
     def _assigned(self, name: str, result: tuple):
-        if result[0] != "ASSIGN":
+        if result[0] != Tag.ASSIGN:
             return P.response("NO_JOB")
         _, handle, function, unique, data = result
         if self.closed:
@@ -439,7 +440,7 @@ class GearmanSession(Connection):
         service = self.service
 
         def done(result):
-            if result[0] != "STATUS":
+            if result[0] != Tag.STATUS:
                 return JOB_NOT_FOUND
             service.forward(result[1], "WORK_STATUS", handle, numerator, denominator)
             return b""
@@ -458,7 +459,7 @@ class GearmanSession(Connection):
         service = self.service
 
         def done(result):
-            if result[0] != "ENDED":
+            if result[0] != Tag.ENDED:
                 return JOB_NOT_FOUND
             service.forward(result[1], name, *args)
             return b""
@@ -477,9 +478,9 @@ class GearmanSession(Connection):
 
 
 def _created(result: tuple) -> bytes | None:
-    if result[0] == "CREATED":
+    if result[0] == Tag.CREATED:
         return P.response("JOB_CREATED", result[1].encode())
-    if result[0] == "QUEUE_FULL":
+    if result[0] == Tag.QUEUE_FULL:
         return QUEUE_ERROR
     return None  # NOT_FOUND: a dead leader's connection; it is closed
 

@@ -12,7 +12,7 @@ beanstalkd frees the tube.
 
 from __future__ import annotations
 
-from haqueue.server.ordered_set import SwapRemoveList
+from haqueue.server.beanstalk.ordered_set import SwapRemoveList
 
 DEFAULT_TUBE = "default"
 

@@ -1,0 +1,243 @@
+"""Who is in the Raft group: membership changes online, one at a time, learnt from the log.
+
+pysyncobj has Raft's single-server membership changes (Raft thesis 4.1): an
+entry of its own type (MEMBERSHIP) adds or removes one node, takes effect on
+each node as soon as that node appends it (committed or not), is undone if the
+entry is truncated, and a second change is refused until the first is applied.
+ReplicatedQueue turns them on (dynamicMembershipChange) and mixes in
+`MembershipMixin`, which adds what haqueue needs on top:
+
+- The membership a node starts with is the log's, not the cluster file's: the
+  file's nodes, then the snapshot's (pysyncobj stores the group in it), then
+  every change in the journal after it, in order, committed or not (Raft's rule:
+  a server uses the latest configuration in its log). pysyncobj applies a
+  change on restart only once it is committed again, so a restarted node ran on
+  the file's group until it heard its leader, and the file may be older than
+  the log (an operator who forgot to copy it). `adopt_logged_changes` does it
+  at start and after a snapshot is loaded.
+- Every change that takes effect (or is undone) on a node is an event
+  (events.record: "membership"), so an operator sees when each node learnt it.
+- `change(op, address, done)` is the leader's entry point (server/
+  membership_http.py calls it through Replica): it refuses what Raft must not
+  do (a change while one is in flight, removing itself, adding a member twice)
+  with one line, and reports the outcome once the entry is committed.
+- `hand_off()`: a leader about to be removed gives up leadership first. It
+  stops leading (its sessions close; no read or write is answered by it after
+  this point, so its read lease cannot overlap a successor's), keeps out of
+  the next election for `HAND_OFF_QUIET` seconds, and sends pysyncobj's
+  `timeout_now` to the follower that holds its whole log, which campaigns
+  first. Leader stickiness (D24) still applies: the followers grant that
+  campaign once they have not heard a leader for election_min, so the hand-off
+  costs about one minimum election timeout, and never elects a node whose log
+  is behind (Raft's vote rule).
+
+Everything here runs on the node's one thread (the loop's, on_loop.py), as
+pysyncobj's tick does.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+from haqueue import events
+from haqueue.replication.pysyncobj_patches import monotonic
+from haqueue.replication.replica import MembershipRefused
+
+log = logging.getLogger(__name__)
+
+MEMBERSHIP_TYPE = 2  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP (syncobj.py)
+HAND_OFF_QUIET = 3.0  # seconds a leader that handed off keeps out of elections (several election_max)
+
+ADD, REMOVE = "add", "rem"  # pysyncobj's request words
+
+
+def parse_request(command: bytes):
+    """(op, address) of a journal command that changes the membership, else None."""
+    if not command or command[0] != MEMBERSHIP_TYPE:
+        return None
+    request = pickle.loads(command[1:])
+    return request[0], str(request[1])
+
+
+def encode_request(op: str, address: str) -> bytes:
+    """A journal command pysyncobj reads as this change (recover.py writes them offline).
+    pysyncobj itself writes [op, id, node]; without the node it builds one from the id."""
+    return bytes([MEMBERSHIP_TYPE]) + pickle.dumps([op, address])
+
+
+class MembershipMixin:
+    """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
+
+    _hand_off_until = float("-inf")
+    _adopting = False
+    _change_in_flight = None  # the term a change was submitted in, outcome not known yet (queued until a tick)
+
+    # ----------------------------------------------------------- the group
+    def members(self) -> list[str]:
+        """Every member's Raft address, this node's included, sorted."""
+        others = getattr(self, "_SyncObj__otherNodes", ())
+        me = getattr(self, "_SyncObj__selfNode", None)
+        return sorted([n.address for n in others] + ([me.address] if me is not None else []))
+
+    def partner_count(self) -> int:
+        return len(getattr(self, "_SyncObj__otherNodes", ()))
+
+    def adopt_logged_changes(self, after: int = 0) -> None:
+        """Apply every membership change in the log past index `after` (module docstring)."""
+        self._adopting = True
+        try:
+            log = self._SyncObj__raftLog
+            for position in range(len(log)):
+                command, idx, _term = log[position]
+                if idx <= after:
+                    continue
+                request = _request_of(command)
+                if request is not None:
+                    self._SyncObj__doChangeCluster(request)
+        finally:
+            self._adopting = False
+
+    # pysyncobj calls these by their mangled names; overriding them here is how
+    # a subclass hooks them (as raft_node overrides _SyncObj__applyLogEntries).
+    def _SyncObj__doChangeCluster(self, request, reverse=False):
+        changed = super()._SyncObj__doChangeCluster(request, reverse)
+        if changed:
+            if self.transport is not None:
+                # A lease computed for the old group must not outlive it (a one-node
+                # leader's lease needs nobody's acknowledgement: lease.py).
+                self.transport.lease.reset()
+            op, node = request[0], request[2] if len(request) >= 3 else request[1]
+            address = getattr(node, "address", str(node))
+            added = (op == ADD) != bool(reverse)
+            how = "undone (its entry was cut)" if reverse else (
+                "from the log at start" if self._adopting else "appended")
+            events.record("membership", "membership: %s %s (%s); members now %s",
+                          "added" if added else "removed", address, how, ", ".join(self.members()),
+                          node=address, change="add" if added else "remove", undone=bool(reverse),
+                          members=self.members(), at=self._SyncObj__selfNode.address)
+        return changed
+
+    def _SyncObj__doApplyCommand(self, command):
+        # pysyncobj applies a membership entry a second time once it is committed
+        # ("required only after node restarts": adopt_logged_changes does that).
+        # A follower that appended "add X" and "remove X" in one batch re-added X
+        # when applying the first, a member again until the second was applied.
+        # A change is in force from its append on; applying it changes nothing.
+        if command[0] == MEMBERSHIP_TYPE:
+            return None
+        return super()._SyncObj__doApplyCommand(command)
+
+    def _SyncObj__updateClusterConfiguration(self, newNodes):
+        super()._SyncObj__updateClusterConfiguration(newNodes)
+        # A snapshot was loaded: its group, then the changes logged after it.
+        self.adopt_logged_changes(after=self._SyncObj__raftLastApplied)
+
+    def group_at_snapshot(self, raft_data):
+        """pysyncobj's snapshot data with the group as of the snapshot's last entry.
+
+        pysyncobj stores the group at the moment it serializes, which counts the
+        changes appended after that entry, committed or not; one that is then cut
+        would come back from the snapshot at the next start. Undo those here."""
+        last_index = raft_data[0][1]
+        group = set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
+        log = self._SyncObj__raftLog
+        for position in range(len(log) - 1, -1, -1):  # from the end: no copy of a long log
+            command, idx, _term = log[position]
+            if idx <= last_index:
+                break
+            request = _request_of(command)
+            if request is None:
+                continue
+            node = request[2] if len(request) >= 3 else self._SyncObj__nodeClass(request[1])
+            if node == self._SyncObj__selfNode:
+                continue
+            if request[0] == ADD:
+                group.discard(node)
+            elif request[0] == REMOVE:
+                group.add(node)
+        return (raft_data[0], raft_data[1], group, *raft_data[3:])
+
+    # -------------------------------------------------------- on the leader
+    def change(self, op: str, address: str, done) -> None:
+        """Commit one change (ADD or REMOVE `address`); `done(error)` once it is
+        committed (error None) or refused; raises MembershipRefused at once."""
+        if not self._isLeader():
+            raise MembershipRefused("this node is not the leader")
+        me = self._SyncObj__selfNode.address
+        members = self.members()
+        if op == ADD and address in members:
+            raise MembershipRefused(f"{address} is already a member")
+        if op == REMOVE and address not in members:
+            raise MembershipRefused(f"{address} is not a member (members: {', '.join(members)})")
+        if op == REMOVE and address == me:
+            raise MembershipRefused("the leader cannot remove itself: hand leadership off first")
+        if op == REMOVE and len(members) == 1:
+            raise MembershipRefused("the last member cannot be removed")
+        pending = self._SyncObj__changeClusterIDx
+        if self._change_in_flight == self.raftCurrentTerm or (pending is not None and self._SyncObj__raftLastApplied < pending):
+            raise MembershipRefused("another membership change is not committed yet: retry when it is")
+        if self._SyncObj__noopIDx is None or self._SyncObj__raftLastApplied < self._SyncObj__noopIDx:
+            raise MembershipRefused("this leader has not committed its first entry yet: retry")
+
+        def committed(_result, error) -> None:
+            self._change_in_flight = None
+            done(None if error == 0 else _FAILURES.get(error, f"failed (pysyncobj reason {error})"))
+
+        self._change_in_flight = self.raftCurrentTerm
+        if op == ADD:
+            self.addNodeToCluster(address, callback=committed)
+        else:
+            self.removeNodeFromCluster(address, callback=committed)
+
+    def hand_off(self, whole_log: bool = True) -> str:
+        """Give up leadership to the follower that holds this leader's whole log (or,
+        with `whole_log` False, the most of it); its Raft address. Raises
+        MembershipRefused if there is no such follower now (under load, entries are
+        always in flight: the caller tries again for a moment, server/membership_http.py).
+        Handing off to a follower that lacks the last entries is still safe: every
+        committed entry is on a majority, and Raft's vote rule elects only a node
+        that holds them; only the entries not yet committed may be cut, and their
+        clients, closed with this leadership, were never answered."""
+        if not self._isLeader():
+            raise MembershipRefused("this node is not the leader")
+        last = self._SyncObj__getCurrentLogIndex()
+        match = self._SyncObj__raftMatchIndex
+        connected = self.transport.peers_up if self.transport is not None else set()
+        candidates = [n for n in self._SyncObj__otherNodes if n in connected]
+        if whole_log:
+            candidates = [n for n in candidates if match.get(n, 0) >= last]
+        if not candidates:
+            raise MembershipRefused("no follower holds this leader's whole log yet: retry in a moment")
+        target = max(candidates, key=lambda n: (match.get(n, 0), n.address))
+        term = self.raftCurrentTerm
+        behind = last - match.get(target, 0)
+        events.record("leadership_hand_off", "handing leadership of term %d to %s (%d entries behind)", term,
+                      target.address, behind, term=term, to=target.address, behind=behind)
+        # A follower of the same term: not step_down(), which forgets this term's
+        # vote (its own), and a node must never vote twice in one term.
+        self.stepdown_reason = f"handing leadership to {target.address}"
+        self._hand_off_until = monotonic() + HAND_OFF_QUIET
+        self._SyncObj__setState(0)  # FOLLOWER
+        self._SyncObj__raftLeader = None
+        # pysyncobj's own transfer message: the target starts its election at once.
+        # It checks that the sender is its leader, which it still is on the target.
+        self.transport.send(target, {"type": "timeout_now", "term": term})
+        return target.address
+
+    def handing_off(self) -> bool:
+        """Keep out of elections? (a leader that just handed off)"""
+        return monotonic() < self._hand_off_until
+
+
+_FAILURES = {1: "the leader's command queue is full: retry", 2: "no leader: retry",
+             3: "discarded by a new leader: retry", 4: "the leader changed before the change was committed: "
+             "check the members, then retry", 5: "the leader changed before the change was committed: "
+             "check the members, then retry", 6: "refused by Raft: another change is in flight, or the "
+             "member is already there", 7: "outcome unknown: check the members"}
+
+
+def _request_of(command: bytes):
+    if not command or command[0] != MEMBERSHIP_TYPE:
+        return None
+    return pickle.loads(command[1:])

@@ -1,0 +1,87 @@
+"""The reserves that wait: beanstalkd connections blocked in `reserve`, first come first served.
+
+A reserve that finds no job ready registers here (the session's host's
+start_waiting) until a job it could take becomes ready or its timeout ends.
+After an entry that made jobs ready (effects.woken), `wake` picks at most one
+waiting connection per job available, oldest first, and each tries its reserve
+(a RESERVE command of its own in the next entry); when the leader's TICK makes
+delayed jobs ready, `reserve_with_tick` has the picked ones reserve in the
+TICK's own entry, after it (deadlines.py): one commit between the deadline and
+the reply, not two.
+
+What it reads of a session (the `Waiter` interface): the tubes it watches, and
+its two ways to reserve.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+
+class Waiter(Protocol):
+    watch: Iterable[str]  # the tubes it reserves from
+
+    def try_reserve(self) -> None: ...  # reserve now, in the next entry
+
+    def reserve_now(self) -> None: ...  # reserve in the entry being submitted (the TICK's)
+
+
+class Waiters:
+    def __init__(self) -> None:
+        self._waiting: dict[Waiter, None] = {}  # insertion ordered: FIFO
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def __iter__(self):
+        return iter(self._waiting)
+
+    def __contains__(self, waiter) -> bool:
+        return waiter in self._waiting
+
+    def start(self, waiter: Waiter) -> None:
+        self._waiting[waiter] = None
+
+    def stop(self, waiter: Waiter) -> None:
+        self._waiting.pop(waiter, None)
+
+    def clear(self) -> None:
+        self._waiting.clear()
+
+    def waiting_on(self, tube: str) -> int:
+        """`current-waiting` of a tube: the connections waiting that watch it."""
+        return sum(1 for w in self._waiting if tube in w.watch)
+
+    def wake(self, reservable) -> list[Waiter]:
+        """After an entry that made jobs ready: the waiters picked for them, each of
+        which has tried its reserve. reservable(tube) -> jobs a reserve could take now;
+        asked only for the tubes someone waits on (a node may hold far more tubes than
+        waiters watch)."""
+        available = {}
+        for waiter in self._waiting:
+            for name in waiter.watch:
+                count = reservable(name)
+                if count:
+                    available[name] = count
+        picked = self.claim(available)
+        for waiter in picked:
+            waiter.try_reserve()
+        return picked
+
+    def reserve_with_tick(self, ready: dict[str, int]) -> None:
+        """The TICK for a deadline was just submitted: the waiters for the jobs it makes
+        ready (`ready`: tube -> count) reserve in its entry, after it."""
+        for waiter in self.claim(ready):
+            waiter.reserve_now()
+
+    def claim(self, available: dict[str, int]) -> list[Waiter]:
+        """Waiters, first come first served, at most one per available job."""
+        claimed: dict[str, int] = {}
+        candidates = []
+        for waiter in list(self._waiting):
+            for name in waiter.watch:
+                if available.get(name, 0) > claimed.get(name, 0):
+                    claimed[name] = claimed.get(name, 0) + 1
+                    candidates.append(waiter)
+                    break
+        return candidates
