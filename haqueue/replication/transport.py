@@ -282,6 +282,14 @@ class SyncingTransport(TCPTransport):
         if conn is not None:
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
+    def setOnUtilityMessageCallback(self, message, callback):
+        # pysyncobj's admin messages on the Raft port would add, remove or hand off
+        # without haqueue's checks and events: those go through the leader's admin
+        # port only (membership.py, server/membership_http.py).
+        if message in ("add", "remove", "transfer"):
+            callback = None
+        return super().setOnUtilityMessageCallback(message, callback)
+
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,
         # not its acknowledgements for the lease nor its messages for the majority watch.
