@@ -43,6 +43,11 @@ import asyncio
 import select
 
 TIMER_SLACK = 0.001  # seconds: a deadline this close is due now (the loop's own timer resolution is 1 ms)
+# A timer set this much sooner than the node's next deadline is set again, later: an
+# idle follower's keepalive timer otherwise woke it for nothing after every heartbeat
+# (the heartbeat's tick sends the keepalives), and re-arming on every tick under
+# load would cost more than the wake-ups it saves.
+REARM_LATER = 0.02
 MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other callbacks run
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
@@ -149,7 +154,8 @@ class LoopTicker:
         when = self.loop.time() + self.raft.timer_wait()
         timer = self._timer
         if timer is not None:
-            if timer.when() <= when + TIMER_SLACK:
+            scheduled = timer.when()
+            if when - REARM_LATER <= scheduled <= when + TIMER_SLACK:
                 return
             timer.cancel()
         self._timer = self.loop.call_at(when, self._on_timer)
