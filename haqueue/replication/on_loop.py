@@ -118,11 +118,13 @@ class LoopTicker:
         self._in_tick = False
         self._timer: asyncio.TimerHandle | None = None
         self._timed = False  # the timer is armed from start() on
+        self._timer_at = 0.0  # when the armed timer fires (loop.time())
 
     def start(self) -> None:
         self.running = self._timed = True
         self.loop.add_reader(self._poller.fileno(), self._on_events)
-        self._timer = self.loop.call_at(self.loop.time(), self._on_timer)
+        self._timer_at = self.loop.time()
+        self._timer = self.loop.call_at(self._timer_at, self._on_timer)
 
     def stop(self) -> None:
         if not self.running:
@@ -154,10 +156,12 @@ class LoopTicker:
         when = self.loop.time() + self.raft.timer_wait()
         timer = self._timer
         if timer is not None:
-            scheduled = timer.when()
-            if when - REARM_LATER <= scheduled <= when + TIMER_SLACK:
+            if when - REARM_LATER <= self._timer_at <= when + TIMER_SLACK:
                 return
             timer.cancel()
+        # Its own record of when: uvloop's call_at returns a plain Handle, without
+        # when(), for a time already past.
+        self._timer_at = when
         self._timer = self.loop.call_at(when, self._on_timer)
 
     def _on_events(self) -> None:
