@@ -23,10 +23,11 @@ Here the node runs on the loop instead:
 - `LoopTicker` ticks the node (`ReplicatedQueue.tick(0)`): when a Raft socket
   is ready, when a command is submitted (it replaces pysyncobj's pipe
   notification with a `call_soon`), and when the node's next timed work is
-  due (`timer_due`: a heartbeat, an election deadline, keepalives). It used to
-  tick every 20 ms whatever was due, which was most of an idle node's 3 % of
-  a core; the timer now sleeps until the earliest deadline, and a timer that
-  finds its deadline moved on (a message's tick did the work) only re-arms. When a socket is
+  due (`ReplicatedQueue.timer_wait`: a heartbeat, an election deadline,
+  keepalives). It used to tick every 20 ms whatever was due; the timer now
+  sleeps until the earliest deadline, is set again after every tick, and a
+  timer that finds its deadline moved on (a message's tick did the work) only
+  sets itself again. When a socket is
   ready, its events are handed out before the tick's work, so that an
   acknowledgement commits and applies in the same tick; a tick whose own
   poll handed out more events is followed by another at once.
