@@ -302,8 +302,11 @@ class SyncingTransport(TCPTransport):
     def keep_alive(self, period: float) -> None:
         """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
         node has sent nothing to within `period`: any message keeps a link alive,
-        and a busy link needs no keepalive of its own. With this node's term: a
+        and a busy link needs no keepalive of its own (a leader's never idle: its
+        heartbeats go to every peer). With this node's term: a
         leader counts a slow follower's keepalives only at its own term (D26)."""
+        if self._syncObj._isLeader():
+            return  # its heartbeats go to every peer every heartbeat (pysyncobj's appends)
         since = monotonic() - period
         sent_at = self._sent_at
         message = {**KEEPALIVE, "term": self._syncObj.raftCurrentTerm}
