@@ -22,8 +22,12 @@ Here the node runs on the loop instead:
   (tests/support/ticked.py).
 - `LoopTicker` ticks the node (`ReplicatedQueue.tick(0)`): when a Raft socket
   is ready, when a command is submitted (it replaces pysyncobj's pipe
-  notification with a `call_soon`), and every TICK_PERIOD for timers
-  (heartbeats, elections, leases, connection retries). When a socket is
+  notification with a `call_soon`), and when the node's next timed work is
+  due (`ReplicatedQueue.timer_wait`: a heartbeat, an election deadline,
+  keepalives). It used to tick every 20 ms whatever was due; the timer now
+  sleeps until the earliest deadline, is set again after every tick, and a
+  timer that finds its deadline moved on (a message's tick did the work) only
+  sets itself again. When a socket is
   ready, its events are handed out before the tick's work, so that an
   acknowledgement commits and applies in the same tick; a tick whose own
   poll handed out more events is followed by another at once.
@@ -39,7 +43,12 @@ from __future__ import annotations
 import asyncio
 import select
 
-TICK_PERIOD = 0.02  # seconds between timer ticks, as the tick thread's poll waited at most; heartbeats are 0.05
+TIMER_SLACK = 0.001  # seconds: a deadline this close is due now (the loop's own timer resolution is 1 ms)
+# A timer set this much sooner than the node's next deadline is set again, later: an
+# idle follower's keepalive timer otherwise woke it for nothing after every heartbeat
+# (the heartbeat's tick sends the keepalives), and re-arming on every tick under
+# load would cost more than the wake-ups it saves.
+REARM_LATER = 0.02
 MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other callbacks run
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
@@ -101,20 +110,22 @@ class EpollPoller:
 class LoopTicker:
     """Ticks one ReplicatedQueue on `loop` (call every method from the loop's thread)."""
 
-    def __init__(self, raft, loop: asyncio.AbstractEventLoop, period: float = TICK_PERIOD) -> None:
+    def __init__(self, raft, loop: asyncio.AbstractEventLoop) -> None:
         self.raft = raft
         self.loop = loop
-        self.period = period
         self.running = False
         self._poller = raft.epoll_poller
         self._scheduled = False
         self._in_tick = False
         self._timer: asyncio.TimerHandle | None = None
+        self._timed = False  # the timer is armed from start() on
+        self._timer_at = 0.0  # when the armed timer fires (loop.time())
 
     def start(self) -> None:
-        self.running = True
+        self.running = self._timed = True
         self.loop.add_reader(self._poller.fileno(), self._on_events)
-        self._timer = self.loop.call_soon(self._on_timer)
+        self._timer_at = self.loop.time()
+        self._timer = self.loop.call_at(self._timer_at, self._on_timer)
 
     def stop(self) -> None:
         if not self.running:
@@ -133,9 +144,26 @@ class LoopTicker:
             self.loop.call_soon(self._tick)
 
     def _on_timer(self) -> None:
-        self._tick()
-        if self.running:
-            self._timer = self.loop.call_later(self.period, self._on_timer)
+        self._timer = None
+        if self.raft.timer_wait() <= TIMER_SLACK:
+            self._tick()  # re-arms the timer as it ends
+        else:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Set the timer for the node's next timed work, unless it is set sooner already."""
+        if not (self.running and self._timed):
+            return
+        when = self.loop.time() + self.raft.timer_wait()
+        timer = self._timer
+        if timer is not None:
+            if when - REARM_LATER <= self._timer_at <= when + TIMER_SLACK:
+                return
+            timer.cancel()
+        # Its own record of when: uvloop's call_at returns a plain Handle, without
+        # when(), for a time already past.
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._on_timer)
 
     def _on_events(self) -> None:
         # A socket is ready: its events first, so that the tick's work acts on
@@ -162,8 +190,10 @@ class LoopTicker:
                     raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                     return
                 if not poller.dispatched:
+                    self._arm()
                     return
                 events_first = False  # the tick's own poll has just handed them out
         finally:
             self._in_tick = False
+        self._arm()
         self.notify()  # still busy: let the loop's other callbacks run first

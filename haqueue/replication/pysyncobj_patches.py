@@ -14,8 +14,8 @@ What is installed (docs/pysyncobj.md D18-D23 and D25 are these, in this order):
    process that decodes an address would fail afterwards.
 2. `createJournal`: a `JournalSpec` path builds haqueue's DurableJournal
    (journal.py), which fsyncs; any other argument reaches pysyncobj's own.
-3. The wire (wire.py): AES-GCM sealing instead of Fernet, and small messages
-   stored instead of compressed.
+3. The wire (wire.py): AES-GCM sealing instead of Fernet, small messages
+   left uncompressed, and the hot messages in binary framing (raft_codec.py).
 4. One clock: pysyncobj reads CLOCK_MONOTONIC_RAW through a `monotonicTime`
    name in each of its modules, while raft_node read time.monotonic
    (CLOCK_MONOTONIC) to set pysyncobj's election deadline and to time its

@@ -2,7 +2,7 @@
 
 This is the only module that subclasses pysyncobj's SyncObj (transport.py
 subclasses its TCPTransport). What they change, and why, is the numbered list
-in docs/pysyncobj.md (D1-D17, D24 and D26; D18-D23 and D25 are pysyncobj_patches.py's);
+in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's);
 comments here cite those numbers. The election and lease decisions are
 prevote.py's and lease.py's (pure); this module and transport.py read
 pysyncobj's state into them.
@@ -41,6 +41,9 @@ from haqueue.replication.observed import RaftObservations
 from haqueue.replication.on_loop import EpollPoller, LoopTicker
 
 log = logging.getLogger(__name__)
+
+# Seconds between timer ticks while something is polled rather than timed (timer_wait).
+POLLED_PERIOD = 0.02
 
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
@@ -88,7 +91,9 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         self.snapshot_writer = self.snapshots.writer
         timing = settings.timing or RaftTiming()
         self._keepalive_period = timing.heartbeat
+        self._keepalive_slack = timing.heartbeat / 5
         self._next_keepalive = 0.0
+        self._heartbeat = timing.heartbeat
         self.leader_fallback = timing.leader_fallback
         self._hear_window = timing.hear_window
         self._hears_majority = False
@@ -164,6 +169,13 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
+    def _checkCommandsToApply(self):
+        # D29: pysyncobj asks its command queue on every tick, and an empty one answers by
+        # raising queue.Empty under a lock: a tenth of an idle node's Python time. The
+        # queue is filled on this thread (submit), so a glance at it is enough.
+        if self._SyncObj__commandsQueue._FastQueue__queue:
+            SyncObj._checkCommandsToApply(self)
+
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
         # Nothing is applied while a received snapshot's state is built (raft_snapshots.py).
@@ -223,9 +235,12 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
         if self._isLeader():
             self.observations.note_followers(self.peer_match_indexes, self.ticked_at)
-        if monotonic() >= self._next_keepalive and self.transport is not None:
-            self._next_keepalive = monotonic() + self._keepalive_period
-            self.transport.keep_alive(self._keepalive_period)
+        now = monotonic()
+        if now >= self._next_keepalive - self._keepalive_slack and self.transport is not None:
+            # Early by up to the slack: a tick that runs anyway (a heartbeat arrived)
+            # sends the keepalives, so the timer need not wake the node for them.
+            self._next_keepalive = now + self._keepalive_period
+            self.transport.keep_alive(self._keepalive_period - self._keepalive_slack)
         self._watch_majority()
         if self.transport is not None and self._isLeader():
             self.transport.watch_lease(self._hear_window)
@@ -237,6 +252,31 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
                 raise JournalError(journal.failed)
         if self.snapshots.due():
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
+
+    def timer_wait(self) -> float:
+        """Seconds until this node next has timed work, if no message arrives and
+        nothing is submitted meanwhile: the loop's timer sleeps until then (on_loop.py)
+        instead of ticking every 20 ms whatever was due.
+
+        A leader's heartbeat, a follower's election deadline, keepalives; never later
+        than a heartbeat from now (the leader fallback, the lease watch and link
+        timeouts are checked as ticks pass). While something is polled rather than
+        timed (a link being (re)connected, a campaign, a snapshot writer, the periodic
+        fsync policy's owed sync) the old short period applies."""
+        now = monotonic()
+        # The keepalives' own time a little late: a tick that comes anyway sends them early.
+        due = min(self._next_keepalive + self._keepalive_slack / 2, now + self._heartbeat)
+        if self._isLeader():
+            due = min(due, self._SyncObj__newAppendEntriesTime)
+        else:
+            deadline = self._SyncObj__raftElectionDeadline
+            due = min(due, deadline if deadline > now else now + POLLED_PERIOD)
+        transport = self.transport
+        journal = self.journal
+        if (transport is None or len(transport.peers_up) < len(self._SyncObj__otherNodes)
+                or self.snapshot_writer.pid or (journal is not None and not self.policy.durable and journal.dirty)):
+            due = min(due, now + POLLED_PERIOD)
+        return max(0.0, due - now)
 
     def _watch_majority(self) -> None:
         """D9: track whether this node hears a majority; on regaining it, wait afresh."""

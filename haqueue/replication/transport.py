@@ -282,6 +282,14 @@ class SyncingTransport(TCPTransport):
         if conn is not None:
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
+    def setOnUtilityMessageCallback(self, message, callback):
+        # pysyncobj's admin messages on the Raft port would add, remove or hand off
+        # without haqueue's checks and events: those go through the leader's admin
+        # port only (membership.py, server/membership_http.py).
+        if message in ("add", "remove", "transfer"):
+            callback = None
+        return super().setOnUtilityMessageCallback(message, callback)
+
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,
         # not its acknowledgements for the lease nor its messages for the majority watch.
@@ -294,8 +302,11 @@ class SyncingTransport(TCPTransport):
     def keep_alive(self, period: float) -> None:
         """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
         node has sent nothing to within `period`: any message keeps a link alive,
-        and a busy link needs no keepalive of its own. With this node's term: a
+        and a busy link needs no keepalive of its own (a leader's never idle: its
+        heartbeats go to every peer). With this node's term: a
         leader counts a slow follower's keepalives only at its own term (D26)."""
+        if self._syncObj._isLeader():
+            return  # its heartbeats go to every peer every heartbeat (pysyncobj's appends)
         since = monotonic() - period
         sent_at = self._sent_at
         message = {**KEEPALIVE, "term": self._syncObj.raftCurrentTerm}

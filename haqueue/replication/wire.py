@@ -20,9 +20,15 @@ two expensive parts through the seams pysyncobj looks up at run time:
    one shared key would reach GCM's safe limit of 2^32 messages within days).
    The header (version, timestamp, sender id, counter) is authenticated too.
 2. Packing: pysyncobj's tcp_connection module compresses through its global
-   `zlib`; `Packing` stores small messages (zlib level 0: framing and a
-   checksum, no search) and compresses only big ones (snapshot chunks, large
-   batches), at level 1.
+   `zlib`; `Packing` leaves small messages as they are (AES-GCM already
+   authenticates them, and TCP checksums them) and compresses only big ones
+   (snapshot chunks, large batches), at level 1, behind a 0xFF mark.
+3. Encoding: tcp_connection's global `pickle` is raft_codec, which packs the
+   hot messages (append_entries, next_node_idx) in fixed binary framing and
+   pickles the rest.
+
+Wire version 2 is (3) and Packing's mark; version 1 pickled everything and
+framed small messages with zlib level 0.
 
 Both ends must run this codec: a node of an older haqueue (Fernet) and a node
 with another secret are refused alike; the first refusal from a peer is
@@ -44,9 +50,11 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from haqueue.replication import raft_codec
+
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct(">BQ16sQ")  # version, timestamp, sender id, counter
 _KEY_SALT = b"haqueue raft wire v1"
 _PBKDF2_ROUNDS = 100_000
@@ -55,7 +63,11 @@ _REFUSAL_LOG_INTERVAL = 10.0
 # Fernet tokens are urlsafe base64 of a 0x80 version byte: they start with "gAAAAA".
 _FERNET_PREFIX = b"gAAAAA"
 
+_OLDER_WIRE = ("it is sealed with wire version 1: that node runs an older haqueue; "
+               "every node of a cluster must run the same wire version")
+
 COMPRESS_FROM_BYTES = 64 * 1024
+_COMPRESSED = 0xFF  # raft_codec's kinds are small numbers, never this
 
 
 class WireError(Exception):
@@ -91,12 +103,12 @@ class RaftCipher:
 
     def extract_timestamp(self, token: bytes) -> int:
         if len(token) < _HEADER.size or token[0] != VERSION:
-            self._refused(token, "not a haqueue Raft message")
+            self._refused(token, _OLDER_WIRE if token[:1] == b"\x01" else "not a haqueue Raft message")
         return _HEADER.unpack_from(token)[1]
 
     def decrypt(self, token: bytes) -> bytes:
         if len(token) < _HEADER.size or token[0] != VERSION:
-            self._refused(token, "not a haqueue Raft message")
+            self._refused(token, _OLDER_WIRE if token[:1] == b"\x01" else "not a haqueue Raft message")
         _, _, sender_id, counter = _HEADER.unpack_from(token)
         opener = self._receive_keys.get(sender_id)
         if opener is None:
@@ -127,11 +139,18 @@ class Packing:
     """Stands in for the `zlib` module inside pysyncobj's tcp_connection."""
 
     error = zlib.error
-    decompress = staticmethod(zlib.decompress)
 
     @staticmethod
     def compress(data: bytes, level: int = -1) -> bytes:
-        return zlib.compress(data, 1 if len(data) >= COMPRESS_FROM_BYTES else 0)
+        if len(data) < COMPRESS_FROM_BYTES:
+            return data
+        return bytes((_COMPRESSED,)) + zlib.compress(data, 1)
+
+    @staticmethod
+    def decompress(data: bytes) -> bytes:
+        if data[:1] == b"\xff":
+            return zlib.decompress(memoryview(data)[1:])
+        return data
 
 
 def _get_encryptor(password) -> RaftCipher:
@@ -145,3 +164,4 @@ def install(syncobj_module, tcp_connection_module) -> None:
     imports pysyncobj's internals, so this codec imports no pysyncobj."""
     syncobj_module.getEncryptor = _get_encryptor
     tcp_connection_module.zlib = Packing
+    tcp_connection_module.pickle = raft_codec

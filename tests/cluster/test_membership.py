@@ -156,3 +156,25 @@ def test_a_dead_host_is_replaced_by_one_at_a_new_address(make_cluster):
     assert survivor is not None
     with client_for(cluster, survivor.id) as client:
         assert [client.peek(job_id).body for job_id in before] == [b"before %d" % n for n in range(20)]
+
+
+def test_an_added_node_starts_empty_and_catches_up_from_the_leaders_snapshot(make_cluster):
+    cluster = make_cluster(["-f0", "-s", "65536"])
+    leader = cluster.leader()
+    with client_for(cluster, leader.id) as client:
+        acked = {}
+        deadline = time.monotonic() + 20
+        while True:
+            for _ in range(100):
+                body = f"{len(acked)}-".encode().ljust(1000, b"x")
+                acked[client.put(body)] = body
+            status = admin_client.status(leader.address, leader.admin_port, 1.0)
+            if status["commit_index"] - status["log_length"] + 1 > 2:
+                break  # the log's first entries are folded into a snapshot: a new node needs it
+            assert time.monotonic() < deadline, f"the leader never compacted its log: {status}"
+    add_node(cluster, "n4", "127.0.0.14")
+    statuses = wait_converged(cluster, timeout=30)
+    assert statuses["n4"]["jobs"] == len(acked)
+    assert (cluster.workdir / "n4" / "raft.snapshot").exists()
+    assert "snapshot restored" in (cluster.workdir / "n4.log").read_text()
+    assert len(statuses["n4"]["members"]) == 4

@@ -208,3 +208,11 @@ def test_a_follower_that_appends_an_add_and_its_removal_together_never_re_adds_t
                 if e.get("event") == "membership" and e.get("at") == late.selfNode.address and e["node"] == ghost]
         assert seen == [("add", False), ("remove", False)]
         assert late.members() == leader.members() and ghost not in late.members()
+
+
+def test_pysyncobj_admin_messages_cannot_change_the_group_behind_the_leaders_checks():
+    with ticked_cluster() as cluster:
+        for node in cluster.nodes:
+            callbacks = node.transport._onUtilityMessageCallbacks
+            assert "status" in callbacks
+            assert not {"add", "remove", "transfer"} & set(callbacks)

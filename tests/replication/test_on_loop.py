@@ -14,12 +14,15 @@ import asyncio
 import socket
 import threading
 
+import pytest
+import uvloop
+
 from haqueue.core import commands as C
 from haqueue.core.commands import encode_batch
 from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
 from haqueue.config.fsync_policy import NEVER
 from haqueue.config.replication import ReplicationSettings
-from haqueue.replication.on_loop import EpollPoller
+from haqueue.replication.on_loop import EpollPoller, LoopTicker
 from haqueue.replication.raft_node import ReplicatedQueue
 from tests.support.ticked import free_ports
 
@@ -77,9 +80,13 @@ def test_a_descriptor_closed_without_unsubscribing_can_be_subscribed_again_when_
         poller.close()
 
 
-def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_loop_thread():
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])  # uvloop is the server's (cli/node_start.py)
+def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_loop_thread(loop_kind):
+    errors = []  # what the loop's callbacks raised (uvloop's call_at once handed back a Handle without when())
+
     async def run() -> None:
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
         addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
         nodes = [ReplicatedQueue(ReplicationSettings(a, [p for p in addresses if p != a], policy=NEVER, secret="s"))
                  for a in addresses]
@@ -115,4 +122,38 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
                 node.stop()
         assert all(node.epoll_poller._epoll.closed for node in nodes)
 
-    asyncio.run(run())
+    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert errors == []
+
+
+class _IdleRaft:
+    """What LoopTicker reads of a node: its poller and when its next timed work is due."""
+
+    def __init__(self, wait: float) -> None:
+        self.epoll_poller = EpollPoller()
+        self.wait = wait
+
+    def timer_wait(self) -> float:
+        return self.wait
+
+
+def test_a_due_timer_is_set_again_later_on_uvloop_whose_call_at_returns_a_plain_handle():
+    # A timer for a time already due comes back from uvloop as a Handle without when():
+    # a tick ending before it ran (a socket's events) asked it when, and raised.
+    loop = uvloop.new_event_loop()
+    raft = _IdleRaft(wait=0.0)
+    ticker = LoopTicker(raft, loop)
+    try:
+        ticker.start()
+        ticker._arm()  # as a tick on a socket's events ends, the due timer not yet run
+        raft.wait = 0.3  # that tick moved the deadline on
+        ticker._arm()
+        assert ticker._timer_at >= loop.time() + 0.29
+    finally:
+        ticker.stop()
+        loop.close()
+        raft.epoll_poller.close()

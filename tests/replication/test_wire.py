@@ -13,7 +13,7 @@ import pysyncobj.tcp_connection as tcp_connection_module
 import pytest
 from cryptography.fernet import Fernet
 
-from haqueue.replication import raft_node  # noqa: F401  (installs the codec)
+from haqueue.replication import raft_codec, raft_node  # noqa: F401  (raft_node installs the codec)
 from haqueue.replication.wire import (
     COMPRESS_FROM_BYTES,
     Packing,
@@ -78,16 +78,25 @@ def test_the_keys_remembered_for_senders_stay_bounded():
     assert len(receiver._receive_keys) <= 64
 
 
-def test_small_messages_are_stored_and_big_ones_compressed():
-    small = pickle.dumps({"type": "append_entries", "entries": [(b"a" * 500, 1, 1)]})
-    packed = Packing.compress(small, 3)
-    assert zlib.decompress(packed) == small
-    assert len(packed) >= len(small)  # stored: no search for matches
-    big = b"job body " * (COMPRESS_FROM_BYTES // 4)
+def test_small_messages_are_left_as_they_are_and_big_ones_compressed():
+    small = b"\x00" + pickle.dumps({"type": "request_vote", "term": 3})
+    assert Packing.compress(small, 3) is small
+    assert Packing.decompress(small) is small
+    big = b"\x00" + b"job body " * (COMPRESS_FROM_BYTES // 4)
     packed = Packing.compress(big, 3)
-    assert zlib.decompress(packed) == big and len(packed) < len(big) // 10
+    assert packed[0] == 0xFF and zlib.decompress(packed[1:]) == big and len(packed) < len(big) // 10
+    assert Packing.decompress(packed) == big
+
+
+def test_a_token_of_the_older_wire_version_is_named_as_such(caplog):
+    token = bytearray(RaftCipher(KEY).encrypt_at_time(b"payload", 7))
+    token[0] = 1
+    with caplog.at_level(logging.WARNING), pytest.raises(WireError):
+        RaftCipher(KEY).extract_timestamp(bytes(token))
+    assert "wire version 1" in caplog.text
 
 
 def test_pysyncobj_uses_the_codec_once_raft_node_is_loaded():
     assert tcp_connection_module.zlib is Packing
+    assert tcp_connection_module.pickle is raft_codec
     assert isinstance(syncobj_module.getEncryptor("secret"), RaftCipher)
