@@ -191,10 +191,11 @@ class Replica:
         committed (None) or failed; raises membership.MembershipRefused at once."""
         self._raft.change(op, address, done)
 
-    def hand_off(self, whole_log: bool = True) -> str:
-        """On the leader: give leadership to a follower holding its whole log (or, not
-        `whole_log`, the most of it); its Raft address (membership.py)."""
-        return self._raft.hand_off(whole_log)
+    def hand_off(self, done: Callable[[str | None, str | None], None]) -> None:
+        """On the leader: hand leadership to a follower once one holds its whole log,
+        new entries held meanwhile; `done(target, error)` on the loop (membership.py).
+        Raises membership.MembershipRefused at once if there is nobody to hand off to."""
+        self._raft.hand_off(done)
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:

@@ -11,8 +11,10 @@ Answers (JSON):
 - 409 {"error": "..."}: refused (a change in flight, a member twice, ...);
 - 503 {"error": "not leader", "leader": RAFT_ADDRESS | null}: ask the leader;
 - 503 {"error": "...", "handed_off_to": RAFT_ADDRESS}: this leader was asked to
-  remove itself, so it handed leadership to an up-to-date follower
-  (replication/membership.py); ask the new leader again.
+  remove itself, so it held new entries back until a follower held its whole
+  log, then handed leadership to it (replication/membership.py); ask the new
+  leader again. 409 if no follower caught up within an election timeout (the
+  leader serves on).
 - 400 for a body that is not such a request, 401 without the token.
 
 Every request that changes something is an event naming the operator and the
@@ -30,26 +32,23 @@ from haqueue import events
 OPS = {"add": "add", "remove": "rem"}  # the CLI's words, pysyncobj's words
 OPERATOR_HEADER = "x-haqueue-operator"
 COMMIT_TIMEOUT = 10.0  # seconds to wait for the entry; past it the outcome is unknown
-HAND_OFF_WAIT = 2.0  # seconds to wait for a follower holding the leader's whole log
-HAND_OFF_LOOK = 0.005  # seconds between looks (appends are acknowledged within milliseconds)
 
 
 async def _hand_off(replica) -> str:
-    """Hand leadership to a follower holding this leader's whole log, looking again
-    for HAND_OFF_WAIT while the load keeps entries in flight; then to the follower
-    holding the most of it (membership.py says why that is still safe)."""
+    """Hand leadership to a follower once it holds this leader's whole log (new entries
+    held meanwhile, for at most an election timeout: replication/membership.py); its
+    Raft address. Raises MembershipRefused with the leader's one line if it could not."""
     from haqueue.replication.replica import MembershipRefused
 
-    deadline = asyncio.get_running_loop().time() + HAND_OFF_WAIT
-    while True:
-        try:
-            return replica.hand_off()
-        except MembershipRefused:
-            if not replica.is_leader():
-                raise
-            if asyncio.get_running_loop().time() >= deadline:
-                return replica.hand_off(whole_log=False)
-        await asyncio.sleep(HAND_OFF_LOOK)  # the Raft state, read between ticks: no event to await
+    outcome: asyncio.Future = asyncio.get_running_loop().create_future()
+    replica.hand_off(lambda target, error: outcome.done() or outcome.set_result((target, error)))
+    try:
+        target, error = await asyncio.wait_for(outcome, COMMIT_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise MembershipRefused(f"the hand-off did not end within {COMMIT_TIMEOUT} s: check the leader") from None
+    if error is not None:
+        raise MembershipRefused(error)
+    return target
 
 
 def _answer(status: int, body: dict) -> tuple[int, str, bytes]:

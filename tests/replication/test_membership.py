@@ -98,8 +98,11 @@ def test_hand_off_elects_an_up_to_date_follower_and_the_old_leader_stays_out():
         cluster.run_until(cluster.caught_up, seconds=1.0, what="followers caught up")
         term = leader.raftCurrentTerm
         terms = Terms(cluster)
-        target = leader.hand_off()
-        assert not leader._isLeader()
+        handed: list = []
+        leader.hand_off(lambda target, error: handed.append((target, error)))
+        cluster.run_until(lambda: handed, seconds=1.0, what="the hand-off")
+        target, error = handed[0]
+        assert error is None and not leader._isLeader()
         cluster.run_until(lambda: terms() and cluster.settled() and not leader._isLeader(), seconds=3.0,
                           what="a new leader after the hand-off")
         new = cluster.leader()
