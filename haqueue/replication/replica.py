@@ -186,10 +186,12 @@ class Replica:
         """Every member's Raft address as this node knows it now (membership.py)."""
         return self._raft.members()
 
-    def change_members(self, op: str, address: str, done: Callable[[str | None], None]) -> None:
+    def change_members(self, op: str, address: str, done: Callable[[str | None], None],
+                       info: dict | None = None) -> None:
         """On the leader: add ("add") or remove ("rem") one member; `done(error)` once
-        committed (None) or failed; raises membership.MembershipRefused at once."""
-        self._raft.change(op, address, done)
+        committed (None) or failed; raises membership.MembershipRefused at once.
+        `info`: an added node's id, host, admin and client ports, carried in the entry."""
+        self._raft.change(op, address, done, info)
 
     def hand_off(self, whole_log: bool = True) -> str:
         """On the leader: give leadership to a follower holding its whole log (or, not
@@ -198,8 +200,14 @@ class Replica:
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:
-        """Role, term, leader, commit and applied index, log length, quorum."""
-        return self._raft.status()
+        """Role, term, leader, commit and applied index, log length, quorum, members
+        (and whether their last change is settled, and what additions said of them)."""
+        status = self._raft.status()
+        status["members_settled"] = self._raft.members_settled()
+        info = self._raft.member_info()
+        if info:
+            status["member_info"] = info
+        return status
 
     def peers_connected(self) -> dict[str, bool]:
         """Each peer's Raft address, and whether its link is up."""
