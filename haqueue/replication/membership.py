@@ -75,6 +75,7 @@ class MembershipMixin:
     """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
 
     _hand_off_until = float("-inf")
+    removed_by_entry = False  # applied a committed entry removing this node (removal.py)
     _adopting = False
     _change_in_flight = None  # the term a change was submitted in, outcome not known yet (queued until a tick)
 
@@ -142,6 +143,8 @@ class MembershipMixin:
         # when applying the first, a member again until the second was applied.
         # A change is in force from its append on; applying it changes nothing.
         if command[0] == MEMBERSHIP_TYPE:
+            if parse_request(command) == (REMOVE, self._SyncObj__selfNode.address):
+                self.removed_by_entry = True  # committed: this node is out for good (removal.py)
             return None
         return super()._SyncObj__doApplyCommand(command)
 

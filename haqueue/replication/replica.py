@@ -193,6 +193,10 @@ class Replica:
         `info`: an added node's id, host, admin and client ports, carried in the entry."""
         self._raft.change(op, address, done, info)
 
+    def removed_by_entry(self) -> bool:
+        """Has this node applied a committed entry removing itself? (removal.py)"""
+        return self._raft.removed_by_entry
+
     def hand_off(self, whole_log: bool = True) -> str:
         """On the leader: give leadership to a follower holding its whole log (or, not
         `whole_log`, the most of it); its Raft address (membership.py)."""
