@@ -177,7 +177,8 @@ def remove_node(config_path, node_id, write, timeout) -> None:
     target = cluster_edit.target_path(config_path, write)
     cluster_edit.write_file(target, new_text)
     click.echo(f"removed {node_id} ({member.raft_endpoint}); members: {_names(spec, members)}")
-    click.echo(f"wrote {target}; stop {node_id} now (it serves nobody: the others no longer talk to it)")
+    click.echo(f"wrote {target}; {node_id} stops by itself once it learns it (exit status 78); "
+               f"disable its service so nothing starts it again")
 
 
 @click.command("recover")

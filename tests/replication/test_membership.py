@@ -278,3 +278,23 @@ def test_a_leader_whose_last_change_is_not_committed_proves_nothing():
         cluster.run(seconds=0.05)
         assert gone.selfNode.address not in leader.members() and not leader.members_settled()
         assert removed_by(gone.selfNode.address, 1, [_as_served(leader)]) is None
+
+
+def test_an_addition_with_addresses_is_still_the_entry_pysyncobj_and_older_haqueues_read():
+    import pickle
+    import pickletools
+
+    from pysyncobj.node import TCPNode
+
+    from haqueue.replication.membership import MEMBERSHIP_TYPE, parse_request
+
+    info = {"id": "n4", "host": "127.0.0.14", "admin_port": 8004, "client_port": 7004}
+    node = TCPNode("127.0.0.14:9004", haqueue_member=info)
+    command = bytes([MEMBERSHIP_TYPE]) + pickle.dumps([ADD, node.id, node])  # as addNodeToCluster writes it
+    assert parse_request(command) == (ADD, "127.0.0.14:9004")
+    loaded = pickle.loads(command[1:])[2]
+    assert loaded == TCPNode("127.0.0.14:9004") and hash(loaded) == hash(TCPNode("127.0.0.14:9004"))
+    assert loaded.address == "127.0.0.14:9004" and loaded.haqueue_member == info
+    # Only pysyncobj's own class and plain data: nothing an older haqueue could not unpickle.
+    names = [arg for op, arg, _ in pickletools.genops(command[1:]) if op.name in ("SHORT_BINUNICODE", "BINUNICODE")]
+    assert "pysyncobj.node" in names and "TCPNode" in names and not any("haqueue." in str(n) for n in names)
