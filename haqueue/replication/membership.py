@@ -90,7 +90,8 @@ class MembershipMixin:
         """{Raft address: {"id", "host", "admin_port", "client_port"}} for the members
         whose addition carried them (module docstring); the others are in the file."""
         others = getattr(self, "_SyncObj__otherNodes", ())
-        return {n.address: dict(n.haqueue_member) for n in others if isinstance(getattr(n, "haqueue_member", None), dict)}
+        return {n.address: dict(n.haqueue_member) for n in others
+                if isinstance(getattr(n, "haqueue_member", None), dict)}
 
     def members_settled(self) -> bool:
         """Is the last membership change this node logged committed and applied here?

@@ -11,9 +11,12 @@ message, exit status REMOVED_EXIT):
   `removed_by_entry`); rare, since the entry is not sent to it, but a log that
   holds one (restored or replayed) says so for certain;
 - or, cut off from its leader, it asks the nodes it can name for their
-  /status (`removed_by`): a serving leader whose members are settled (its last
-  change committed, membership.py `members_settled`) and exclude this node is
-  the committed membership, so this node was removed.
+  /status (`removed_by`): a serving leader whose members are settled and
+  exclude this node shows the committed membership, so this node was removed.
+  Serving means the leader applied its own term's first entry (server/app.py),
+  so every change an earlier leader logged is committed; settled
+  (membership.py `members_settled`) means the change this leader proposed, if
+  any, is committed too.
 
 `removed_by` refuses to conclude for a node that holds nothing of the log
 (applied index 0): that is a node started before `cluster add-node` commits

@@ -28,8 +28,11 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from haqueue.config.replication import ReplicationSettings
 from haqueue.core.effects import Applied
 from haqueue.replication.snapshot import WRITER_NICENESS  # background writers' niceness (server/backup.py)
+# Whether this node was removed from the group, for server/removal_watch.py (pure).
+from haqueue.replication.removal import REMOVED_EXIT, message as removal_message, operator_of, removed_by
 
-__all__ = ["MembershipRefused", "Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica", "startup_errors"]
+__all__ = ["MembershipRefused", "REMOVED_EXIT", "Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica",
+           "operator_of", "removal_message", "removed_by", "startup_errors"]
 
 
 class MembershipRefused(Exception):

@@ -168,7 +168,8 @@ class AdminServer:
         leader = status.get("leader")
         if leader is None or leader == self.server.options.raft_address:
             return None
-        entry = directory([FileNode(*m) for m in self.server.options.members], status.get("member_info") or {}).get(leader)
+        known = directory([FileNode(*m) for m in self.server.options.members], status.get("member_info") or {})
+        entry = known.get(leader)
         if entry is None or not entry.admin_port:
             return None
         return f"{entry.host}:{entry.admin_port}"

@@ -217,7 +217,7 @@ class QueueServer:
                 watcher.cancel()
             await self._shutdown()
         if self.removed_line is not None:
-            from haqueue.replication.removal import REMOVED_EXIT
+            from haqueue.replication.replica import REMOVED_EXIT
 
             return REMOVED_EXIT
         return 1 if self.fatal else 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from haqueue import events
-from haqueue.replication.removal import message, operator_of, removed_by
+from haqueue.replication.replica import operator_of, removal_message as message, removed_by
 from haqueue.roster import FileNode, directory
 from haqueue.server.status_page import fetch_json
 
