@@ -227,6 +227,8 @@ def test_the_views_follow_the_live_members_and_a_removed_node_stops_with_its_own
         _cluster_view(follower)))
     assert [n["node"] for n in view["nodes"]] == ["n1", "n2", "n3", "n4"]
     assert {n["membership"] for n in view["nodes"]} == {"member"}
+    top = haqueue("top", "--once", "--config", str(old_file)).stdout
+    assert any(line.split()[0] == "n4" and line.split()[-1] == "yes" for line in top.splitlines()[2:7]), top
     # Removed: the node learns it, stops with its own status and says why in one line.
     term = admin_client.status(leader.address, leader.admin_port, 1.0)["term"]
     done = haqueue("cluster", "remove-node", "--config", str(cluster.config_path), "--id", follower.id, "--write")
@@ -246,3 +248,6 @@ def test_the_views_follow_the_live_members_and_a_removed_node_stops_with_its_own
     assert {n for n, r in rows.items() if r["membership"] == "member"} == {"n1", "n2", "n3", "n4"} - {follower.id}
     view = _cluster_view(leader)
     assert [(n["node"], n["membership"]) for n in view["nodes"]][-1] == (follower.id, "not a member")
+    top = haqueue("top", "--once", "--config", str(old_file)).stdout
+    assert any(line.split()[:2] == [follower.id, "unreachable"] and line.endswith("not a member")
+               for line in top.splitlines()), top
