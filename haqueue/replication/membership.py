@@ -17,10 +17,15 @@ ReplicatedQueue turns them on (dynamicMembershipChange) and mixes in
   at start and after a snapshot is loaded.
 - Every change that takes effect (or is undone) on a node is an event
   (events.record: "membership"), so an operator sees when each node learnt it.
-- `change(op, address, done)` is the leader's entry point (server/
+- `change(op, address, done, info)` is the leader's entry point (server/
   membership_http.py calls it through Replica): it refuses what Raft must not
   do (a change while one is in flight, removing itself, adding a member twice)
-  with one line, and reports the outcome once the entry is committed.
+  with one line, and reports the outcome once the entry is committed. An
+  addition carries the new node's id and admin and client addresses (`info`)
+  as an attribute of the node pysyncobj pickles into the entry (and into
+  snapshots), so every node can show and reach a member its cluster file does
+  not name yet (`member_info`). The log format stays compatible: an older
+  haqueue unpickles the node with one attribute it never reads.
 - `hand_off(done)`: a leader about to be removed gives up leadership first,
   as Raft's leadership transfer does (Raft thesis 3.10; etcd's MoveLeader).
   It stops taking new entries (`hold`: every entry submitted meanwhile waits,
@@ -82,6 +87,7 @@ class MembershipMixin:
     """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
 
     _hand_off_until = float("-inf")
+    removed_by_entry = False  # applied a committed entry removing this node (removal.py)
     _adopting = False
     _change_in_flight = None  # the term a change was submitted in, outcome not known yet (queued until a tick)
     _transfer = None  # the hand-off under way (_Transfer), if any
@@ -92,6 +98,19 @@ class MembershipMixin:
         others = getattr(self, "_SyncObj__otherNodes", ())
         me = getattr(self, "_SyncObj__selfNode", None)
         return sorted([n.address for n in others] + ([me.address] if me is not None else []))
+
+    def member_info(self) -> dict[str, dict]:
+        """{Raft address: {"id", "host", "admin_port", "client_port"}} for the members
+        whose addition carried them (module docstring); the others are in the file."""
+        others = getattr(self, "_SyncObj__otherNodes", ())
+        return {n.address: dict(n.haqueue_member) for n in others
+                if isinstance(getattr(n, "haqueue_member", None), dict)}
+
+    def members_settled(self) -> bool:
+        """Is the last membership change this node logged committed and applied here?
+        (A leader's members, settled, are the cluster's committed membership.)"""
+        pending = getattr(self, "_SyncObj__changeClusterIDx", None)
+        return self._change_in_flight is None and (pending is None or self._SyncObj__raftLastApplied >= pending)
 
     def partner_count(self) -> int:
         return len(getattr(self, "_SyncObj__otherNodes", ()))
@@ -138,6 +157,8 @@ class MembershipMixin:
         # when applying the first, a member again until the second was applied.
         # A change is in force from its append on; applying it changes nothing.
         if command[0] == MEMBERSHIP_TYPE:
+            if parse_request(command) == (REMOVE, self._SyncObj__selfNode.address):
+                self.removed_by_entry = True  # committed: this node is out for good (removal.py)
             return None
         return super()._SyncObj__doApplyCommand(command)
 
@@ -172,9 +193,10 @@ class MembershipMixin:
         return (raft_data[0], raft_data[1], group, *raft_data[3:])
 
     # -------------------------------------------------------- on the leader
-    def change(self, op: str, address: str, done) -> None:
+    def change(self, op: str, address: str, done, info: dict | None = None) -> None:
         """Commit one change (ADD or REMOVE `address`); `done(error)` once it is
-        committed (error None) or refused; raises MembershipRefused at once."""
+        committed (error None) or refused; raises MembershipRefused at once.
+        `info`: the added node's id and admin and client addresses, carried in the entry."""
         if not self._isLeader():
             raise MembershipRefused("this node is not the leader")
         me = self._SyncObj__selfNode.address
@@ -201,7 +223,8 @@ class MembershipMixin:
 
         self._change_in_flight = self.raftCurrentTerm
         if op == ADD:
-            self.addNodeToCluster(address, callback=committed)
+            node = self._SyncObj__nodeClass(address, haqueue_member=dict(info)) if info else address
+            self.addNodeToCluster(node, callback=committed)
         else:
             self.removeNodeFromCluster(address, callback=committed)
 

@@ -1,7 +1,10 @@
 """POST /membership on the admin port: the leader's side of `cluster add-node` and `remove-node`.
 
 The request is JSON: {"op": "add" | "remove", "id": NODE_ID, "address": RAFT_ADDRESS}
-(RAFT_ADDRESS is ADDRESS:RAFT_PORT, the member's identity in Raft). It carries
+(RAFT_ADDRESS is ADDRESS:RAFT_PORT, the member's identity in Raft), and for
+"add" optionally "host", "admin_port" and "client_port": the new node's, carried
+in the entry so every node can show and reach it before its cluster file names
+it (replication/membership.py, `member_info`). It carries
 `X-Haqueue-Operator: NAME` (who asks, for the event; a header a browser form
 cannot add, so a page elsewhere cannot make a node's browser change the
 cluster) and, when the cluster has an admin token, the bearer token.
@@ -51,6 +54,19 @@ async def _hand_off(replica) -> str:
     return target
 
 
+def _member_info(request: dict, node_id: str) -> dict | None | bool:
+    """The added node's addresses the request names ({"id", "host", "admin_port",
+    "client_port"}), None when it names none, False when they are malformed."""
+    given = {key: request[key] for key in ("host", "admin_port", "client_port") if key in request}
+    if not given:
+        return None
+    ports_ok = all(isinstance(given.get(key, 0), int) and 0 <= given.get(key, 0) < 65536
+                   for key in ("admin_port", "client_port"))
+    if not ports_ok or not isinstance(given.get("host", ""), str):
+        return False
+    return {"id": node_id, **given}
+
+
 def _answer(status: int, body: dict) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(body, sort_keys=True).encode() + b"\n"
 
@@ -69,6 +85,9 @@ async def handle(server, headers: dict, body: bytes, authorized: bool) -> tuple[
         op, node_id, address = OPS[request["op"]], str(request["id"]), str(request["address"])
     except (ValueError, KeyError, TypeError):
         return _answer(400, {"error": 'expected {"op": "add"|"remove", "id": ID, "address": HOST:RAFT_PORT}'})
+    info = _member_info(request, node_id) if op == "add" else None
+    if info is False:
+        return _answer(400, {"error": '"host" must be a string, "admin_port" and "client_port" ports'})
     replica = server.replica
     if replica is None or not hasattr(replica, "change_members"):
         return _answer(409, {"error": "this node is not a Raft member (a lone node)"})
@@ -88,7 +107,7 @@ async def handle(server, headers: dict, body: bytes, authorized: bool) -> tuple[
     loop = asyncio.get_running_loop()
     outcome: asyncio.Future = loop.create_future()
     try:
-        replica.change_members(op, address, lambda error: outcome.done() or outcome.set_result(error))
+        replica.change_members(op, address, lambda error: outcome.done() or outcome.set_result(error), info)
     except MembershipRefused as exc:
         return _answer(409, {"error": str(exc)})
     events.record("membership_requested", "operator %s: %s", operator, action, operator=operator, action=action)
