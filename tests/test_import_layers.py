@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Leaves on the standard library alone, usable from anywhere: the queue's pure state
     # machine, the event record and logging set-up, a terminal progress line, the safe body
     # preview, the admin-port HTTP client, and the package's own __init__ (__version__).
-    ("__init__", "core", "events", "logs", "progress", "preview", "admin_client"),
+    ("__init__", "core", "events", "logs", "progress", "preview", "admin_client", "roster"),
     # Over core only: the sans-I/O codecs, and the cluster file with every setting a node
     # runs with (config/ must stay cheap to import and free of the parts it configures).
     ("protocol", "config"),

@@ -63,10 +63,11 @@ def find_leader(spec, deadline: float, exclude: str | None = None, prefer: str |
         time.sleep(RETRY)  # polling other processes' admin ports: no event to await
 
 
-def change(spec, op: str, node_id: str, raft_address: str, timeout: float) -> list[str]:
-    """Ask the leader to make the change and wait for its commit; the members' Raft addresses."""
+def change(spec, op: str, node_id: str, raft_address: str, timeout: float, extra: dict | None = None) -> list[str]:
+    """Ask the leader to make the change and wait for its commit; the members' Raft addresses.
+    `extra`: more of the request (an added node's host and ports, membership_http.py)."""
     deadline = time.monotonic() + timeout
-    request = {"op": op, "id": node_id, "address": raft_address}
+    request = {"op": op, "id": node_id, "address": raft_address, **(extra or {})}
     prefer = None
     exclude = None
     sent = False  # a request may have reached a leader: a retry may find the change made
@@ -144,7 +145,10 @@ def add_node(config_path, node_id, address, priority, interface, client_port, ra
         raise HaqueueError(f"the cluster has one member, which needs {node_id} up to commit its addition: "
                            f"wrote {target}; start {node_id} with `haqueue serve --config {target} --node "
                            f"{node_id} -b DIR`, then run add-node again with --config {target}")
-    members = change(spec, "add", node_id, member.raft_endpoint, max(0.0, deadline - time.monotonic()))
+    # Its addresses ride in the entry: every view shows and reaches it before the new
+    # file is deployed (roster.py).
+    members = change(spec, "add", node_id, member.raft_endpoint, max(0.0, deadline - time.monotonic()),
+                     {"host": member.address, "admin_port": member.admin_port, "client_port": member.client_port})
     cluster_edit.write_file(target, new_text)
     click.echo(f"added {node_id} ({member.raft_endpoint}); members: {_names(new_spec, members)}")
     click.echo(f"wrote {target}; start it with: haqueue serve --config {target} --node {node_id} -b DIR")
@@ -173,7 +177,8 @@ def remove_node(config_path, node_id, write, timeout) -> None:
     target = cluster_edit.target_path(config_path, write)
     cluster_edit.write_file(target, new_text)
     click.echo(f"removed {node_id} ({member.raft_endpoint}); members: {_names(spec, members)}")
-    click.echo(f"wrote {target}; stop {node_id} now (it serves nobody: the others no longer talk to it)")
+    click.echo(f"wrote {target}; {node_id} stops by itself once it learns it (exit status 78); "
+               f"disable its service so nothing starts it again")
 
 
 @click.command("recover")
@@ -259,12 +264,17 @@ def _answers(member) -> bool:
 
 def _members_of(member, token: str | None) -> list[str]:
     """The Raft members `member` knows ([] if it cannot say)."""
+    return list(_status_of(member, token).get("members", []))
+
+
+def _status_of(member, token: str | None) -> dict:
+    """`member`'s /status ({} if it cannot say)."""
     from haqueue import admin_client
 
     try:
-        return list(admin_client.status(member.address, member.admin_port, 1.0, token=token).get("members", []))
+        return admin_client.status(member.address, member.admin_port, 1.0, token=token)
     except (OSError, ValueError):
-        return []
+        return {}
 
 
 @click.command("members")
@@ -277,16 +287,21 @@ def members(config_path, timeout) -> None:
     on it. Exit status 0 when they agree, 1 when they differ (deploy the newest file)."""
     spec = load_cluster_file(config_path)
     leader = find_leader(spec, time.monotonic() + timeout)
-    known = _members_of(leader, spec.admin_token)
+    status = _status_of(leader, spec.admin_token)
+    known = list(status.get("members") or [])
     if not known:
         raise HaqueueError(f"{leader.id} did not say its members (an older haqueue, or a lone node)")
-    in_file = {n.raft_endpoint: n.id for n in spec.nodes}
-    rows = [(in_file.get(a, "-"), a, "member, in the file" if a in in_file else "member, NOT in the file")
-            for a in known]
-    rows += [(node_id, a, "in the file, NOT a member") for a, node_id in in_file.items() if a not in known]
-    from haqueue.cli.cluster import align
+    from haqueue.cli.cluster import align, file_nodes
+    from haqueue.roster import MEMBER, roster
 
+    rows = []
+    for line in roster(file_nodes(spec), known, status.get("member_info") or {}):
+        node_id = line.node if line.node != line.raft else "-"
+        if line.membership != MEMBER:
+            rows.append((node_id, line.raft, "in the file, NOT a member"))
+        else:
+            rows.append((node_id, line.raft, "member, in the file" if line.in_file else "member, NOT in the file"))
     for line in align([["node", "raft", "state"], *[list(r) for r in rows]]):
         click.echo(line)
-    if set(known) != set(in_file):
+    if set(known) != {n.raft_endpoint for n in spec.nodes}:
         raise click.exceptions.Exit(1)

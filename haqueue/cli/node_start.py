@@ -111,6 +111,8 @@ def run_node(options, user: str | None = None) -> int:
         raise StartError(str(exc)) from None
     if server.fatal:
         raise StartError(server.fatal)
+    if server.removed_line is not None:  # its own exit status (replication/removal.py REMOVED_EXIT)
+        sys.stderr.write(f"haqueue: {server.removed_line}\n")
     return code
 
 

@@ -2,8 +2,9 @@
 
 Every interval it asks one node for GET /cluster (the status page's data:
 every node's role, term, indexes and lag, and every tube), trying the nodes
-of the cluster file in turn until one answers, so it keeps going through a
-failover. Puts per second come from the change in each tube's total-jobs
+of the cluster file (and the members the last view named that the file does
+not) in turn until one answers, so it keeps going through a failover. The
+nodes are the live Raft members and the file's non-members (roster.py). Puts per second come from the change in each tube's total-jobs
 between two refreshes.
 
 On a terminal it draws on the alternate screen, redrawing in place (cursor
@@ -33,12 +34,16 @@ ALT_SCREEN_ON, ALT_SCREEN_OFF = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l"
 HOME, CLEAR_LINE, CLEAR_BELOW = "\x1b[H", "\x1b[K", "\x1b[J"
 
 
-def fetch_view(cluster, timeout: float = 0.5) -> dict | None:
-    """/cluster from the first node that answers; None if none does."""
-    for member in cluster.nodes:
+def fetch_view(cluster, timeout: float = 0.5, last: dict | None = None) -> dict | None:
+    """/cluster from the first node that answers: the file's, then the members the
+    `last` view named that the file does not (added since it was deployed); None if none does."""
+    places = [(m.address, m.admin_port) for m in cluster.nodes]
+    for n in (last or {}).get("nodes", ()):
+        if n.get("host") and n.get("admin_port") and (n["host"], n["admin_port"]) not in places:
+            places.append((n["host"], n["admin_port"]))
+    for address, admin_port in places:
         try:
-            code, body = admin_client.get(member.address, member.admin_port, "/cluster", timeout,
-                                          cluster.admin_token)
+            code, body = admin_client.get(address, admin_port, "/cluster", timeout, cluster.admin_token)
         except OSError:
             continue
         if code == 200:
@@ -73,15 +78,16 @@ def render(view: dict | None, rates: dict[str, float], width: int, height: int) 
         return [f"haqueue top  {clock}", "", "no node of the cluster answers /cluster"]
     leader = view["leader"] or ("several: " + ", ".join(view["serving"]) if view["serving"] else "none")
     lines = [f"haqueue top  cluster {view['cluster']}  leader {leader}  (seen from {view['node']})  {clock}", ""]
-    nodes = [["node", "role", "serving", "term", "commit", "applied", "lag", "lag s"]]
+    nodes = [["node", "role", "serving", "term", "commit", "applied", "lag", "lag s", "member"]]
     for n in view["nodes"]:
+        member = "not a member" if n.get("membership") == "not a member" else "yes"
         if not n.get("reachable"):
-            nodes.append([n["node"], "unreachable", "-", "-", "-", "-", "-", "-"])
+            nodes.append([n["node"], "unreachable", "-", "-", "-", "-", "-", "-", member])
             continue
         seconds = n.get("lag_seconds")
         nodes.append([n["node"], n.get("role", "?"), "yes" if n.get("serving") else "no", n.get("term", "?"),
                       n.get("commit_index", "?"), n.get("applied_index", "?"), n.get("lag_entries", "?"),
-                      "-" if seconds is None else f"{seconds:.3f}"])
+                      "-" if seconds is None else f"{seconds:.3f}", member])
     lines += align(nodes) + [""]
     tubes = sorted(view["tubes"], key=lambda t: (-t["ready"], t["name"]))
     room = max(1, height - len(lines) - 2)
@@ -147,8 +153,10 @@ def top(config_path, interval, once) -> None:
         return
     try:
         with _screen(out) as keys:
+            last = None  # the last view that came: the members it named, to ask too
             while True:
-                view = fetch_view(cluster)
+                view = fetch_view(cluster, last=last)
+                last = view or last
                 size = shutil.get_terminal_size()
                 lines = render(view, rates.update(view) if view else {}, size.columns, size.lines)
                 out.write(HOME + "".join(line + CLEAR_LINE + "\r\n" for line in lines[:-1])

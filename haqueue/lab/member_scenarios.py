@@ -164,8 +164,8 @@ def report_lines(faults: list[dict]) -> list[str]:
     return [f"  membership: the VIP stayed put through {kept} of {len(steps)} rounds of keepalived reloads "
             f"(each node's config rendered again, SIGHUP, the VIP's holder last); the leader's Raft group "
             f"equalled the cluster file after {agreed} of {len(changes)} scenarios"
-            + (f"; remove-node ran {sum(tries)} times for {len(tries)} removals (a leader refuses to hand off "
-               f"while no follower holds its whole log)" if tries else "")]
+            + (f"; remove-node ran {sum(tries)} times for {len(tries)} removals (a second run only when a "
+               f"leader's hand-off found no follower caught up within an election timeout)" if tries else "")]
 
 
 SCENARIOS = {

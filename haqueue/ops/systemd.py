@@ -38,6 +38,8 @@ and [keepalived] tables (validated there: no spaces or quotes to escape).
 from __future__ import annotations
 
 from haqueue.config.cluster import Cluster, Node
+
+REMOVED_EXIT = 78  # haqueue serve's status once removed from the cluster (replication/removal.py)
 from haqueue.ops.lvs import DIRECTOR_SCRIPT_PATH, REALSERVER_SCRIPT_PATH
 from haqueue.ops.render import RenderedFile, header, short_number
 
@@ -104,6 +106,8 @@ def render_unit(cluster: Cluster, node: Node, command: str) -> str:
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=always",
         "RestartSec=1",
+        "# 78: removed from the cluster (cluster remove-node); a restart would only stop again.",
+        f"RestartPreventExitStatus={REMOVED_EXIT}",
         "# SIGTERM: haqueue closes its client listener and connections, then exits.",
         "TimeoutStopSec=15",
         "# One descriptor per client connection.",

@@ -17,19 +17,36 @@ ReplicatedQueue turns them on (dynamicMembershipChange) and mixes in
   at start and after a snapshot is loaded.
 - Every change that takes effect (or is undone) on a node is an event
   (events.record: "membership"), so an operator sees when each node learnt it.
-- `change(op, address, done)` is the leader's entry point (server/
+- `change(op, address, done, info)` is the leader's entry point (server/
   membership_http.py calls it through Replica): it refuses what Raft must not
   do (a change while one is in flight, removing itself, adding a member twice)
-  with one line, and reports the outcome once the entry is committed.
-- `hand_off()`: a leader about to be removed gives up leadership first. It
-  stops leading (its sessions close; no read or write is answered by it after
-  this point, so its read lease cannot overlap a successor's), keeps out of
-  the next election for `HAND_OFF_QUIET` seconds, and sends pysyncobj's
-  `timeout_now` to the follower that holds its whole log, which campaigns
-  first. Leader stickiness (D24) still applies: the followers grant that
-  campaign once they have not heard a leader for election_min, so the hand-off
-  costs about one minimum election timeout, and never elects a node whose log
-  is behind (Raft's vote rule).
+  with one line, and reports the outcome once the entry is committed. An
+  addition carries the new node's id and admin and client addresses (`info`)
+  as an attribute of the node pysyncobj pickles into the entry (and into
+  snapshots), so every node can show and reach a member its cluster file does
+  not name yet (`member_info`). The log format stays compatible: an older
+  haqueue unpickles the node with one attribute it never reads.
+- `hand_off(done)`: a leader about to be removed gives up leadership first,
+  as Raft's leadership transfer does (Raft thesis 3.10; etcd's MoveLeader).
+  It stops taking new entries (`hold`: every entry submitted meanwhile waits,
+  unsent, in this node), and on every tick (`drive_hand_off`) looks for a
+  connected follower whose match index has reached its last entry. Under
+  load followers are always a few entries behind; with nothing new appended
+  they catch up within a round trip or two. Then it stops leading (its
+  sessions close; no read or write is answered by it after this point, so its
+  read lease cannot overlap a successor's), keeps out of the next election for
+  `HAND_OFF_QUIET` seconds, and sends pysyncobj's `timeout_now` to that
+  follower, which campaigns first. The held entries were never appended:
+  they fail as any entry of a leader that steps down (their clients'
+  connections close, as at every leader change), and nothing acknowledged is
+  lost. If no follower catches up within one maximum election timeout, the
+  leader appends the held entries, serves on, and `done` gets one line.
+  Leader stickiness (D24) still applies: the followers grant that campaign
+  once they have not heard a leader for election_min, so the hand-off costs
+  about one minimum election timeout, and never elects a node whose log is
+  behind (Raft's vote rule). Each step is an event: `leadership_hand_off_started`,
+  then `leadership_hand_off` (with the milliseconds held) or
+  `leadership_hand_off_failed`.
 
 Everything here runs on the node's one thread (the loop's, on_loop.py), as
 pysyncobj's tick does.
@@ -70,8 +87,10 @@ class MembershipMixin:
     """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
 
     _hand_off_until = float("-inf")
+    removed_by_entry = False  # applied a committed entry removing this node (removal.py)
     _adopting = False
     _change_in_flight = None  # the term a change was submitted in, outcome not known yet (queued until a tick)
+    _transfer = None  # the hand-off under way (_Transfer), if any
 
     # ----------------------------------------------------------- the group
     def members(self) -> list[str]:
@@ -79,6 +98,19 @@ class MembershipMixin:
         others = getattr(self, "_SyncObj__otherNodes", ())
         me = getattr(self, "_SyncObj__selfNode", None)
         return sorted([n.address for n in others] + ([me.address] if me is not None else []))
+
+    def member_info(self) -> dict[str, dict]:
+        """{Raft address: {"id", "host", "admin_port", "client_port"}} for the members
+        whose addition carried them (module docstring); the others are in the file."""
+        others = getattr(self, "_SyncObj__otherNodes", ())
+        return {n.address: dict(n.haqueue_member) for n in others
+                if isinstance(getattr(n, "haqueue_member", None), dict)}
+
+    def members_settled(self) -> bool:
+        """Is the last membership change this node logged committed and applied here?
+        (A leader's members, settled, are the cluster's committed membership.)"""
+        pending = getattr(self, "_SyncObj__changeClusterIDx", None)
+        return self._change_in_flight is None and (pending is None or self._SyncObj__raftLastApplied >= pending)
 
     def partner_count(self) -> int:
         return len(getattr(self, "_SyncObj__otherNodes", ()))
@@ -125,6 +157,8 @@ class MembershipMixin:
         # when applying the first, a member again until the second was applied.
         # A change is in force from its append on; applying it changes nothing.
         if command[0] == MEMBERSHIP_TYPE:
+            if parse_request(command) == (REMOVE, self._SyncObj__selfNode.address):
+                self.removed_by_entry = True  # committed: this node is out for good (removal.py)
             return None
         return super()._SyncObj__doApplyCommand(command)
 
@@ -159,9 +193,10 @@ class MembershipMixin:
         return (raft_data[0], raft_data[1], group, *raft_data[3:])
 
     # -------------------------------------------------------- on the leader
-    def change(self, op: str, address: str, done) -> None:
+    def change(self, op: str, address: str, done, info: dict | None = None) -> None:
         """Commit one change (ADD or REMOVE `address`); `done(error)` once it is
-        committed (error None) or refused; raises MembershipRefused at once."""
+        committed (error None) or refused; raises MembershipRefused at once.
+        `info`: the added node's id and admin and client addresses, carried in the entry."""
         if not self._isLeader():
             raise MembershipRefused("this node is not the leader")
         me = self._SyncObj__selfNode.address
@@ -174,6 +209,8 @@ class MembershipMixin:
             raise MembershipRefused("the leader cannot remove itself: hand leadership off first")
         if op == REMOVE and len(members) == 1:
             raise MembershipRefused("the last member cannot be removed")
+        if self._transfer is not None:
+            raise MembershipRefused("this leader is handing leadership off: ask the next one")
         pending = self._SyncObj__changeClusterIDx
         if self._change_in_flight == self.raftCurrentTerm or (pending is not None and self._SyncObj__raftLastApplied < pending):
             raise MembershipRefused("another membership change is not committed yet: retry when it is")
@@ -186,48 +223,120 @@ class MembershipMixin:
 
         self._change_in_flight = self.raftCurrentTerm
         if op == ADD:
-            self.addNodeToCluster(address, callback=committed)
+            node = self._SyncObj__nodeClass(address, haqueue_member=dict(info)) if info else address
+            self.addNodeToCluster(node, callback=committed)
         else:
             self.removeNodeFromCluster(address, callback=committed)
 
-    def hand_off(self, whole_log: bool = True) -> str:
-        """Give up leadership to the follower that holds this leader's whole log (or,
-        with `whole_log` False, the most of it); its Raft address. Raises
-        MembershipRefused if there is no such follower now (under load, entries are
-        always in flight: the caller tries again for a moment, server/membership_http.py).
-        Handing off to a follower that lacks the last entries is still safe: every
-        committed entry is on a majority, and Raft's vote rule elects only a node
-        that holds them; only the entries not yet committed may be cut, and their
-        clients, closed with this leadership, were never answered."""
+    def hand_off(self, done) -> None:
+        """Begin handing leadership to the first connected follower to hold this
+        leader's whole log (module docstring). `done(target, error)` runs in a later
+        tick (or at once): the follower's Raft address, or None and one line.
+        Raises MembershipRefused at once when there is nobody to hand off to."""
         if not self._isLeader():
             raise MembershipRefused("this node is not the leader")
+        if self._transfer is not None:
+            raise MembershipRefused("a hand-off of this leader is under way already")
+        match = self._SyncObj__raftMatchIndex
+        candidates = self._hand_off_candidates()
+        if not candidates:
+            raise MembershipRefused("no follower is connected to take over: retry once one is")
+        now = monotonic()
+        limit = self._SyncObj__conf.raftMaxTimeout
+        last = self._SyncObj__getCurrentLogIndex()
+        best = max(candidates, key=lambda n: (match.get(n, 0), n.address))
+        term = self.raftCurrentTerm
+        self._transfer = _Transfer(term=term, started=now, deadline=now + limit, done=done)
+        behind = last - match.get(best, 0)
+        events.record("leadership_hand_off_started", "handing leadership of term %d off: new entries held until "
+                      "a follower holds all %d (best %s, %d behind; at most %.3f s)", term, last, best.address,
+                      behind, limit, term=term, last_index=last, best=best.address, behind=behind, limit_s=limit)
+        self.drive_hand_off()
+
+    def hold(self, data: bytes, callback) -> bool:
+        """Keep an entry submitted during a hand-off back, unsent? (True: held)"""
+        transfer = self._transfer
+        if transfer is None:
+            return False
+        transfer.held.append((data, callback))
+        return True
+
+    def drive_hand_off(self) -> None:
+        """Every tick: finish the hand-off under way once a follower caught up, or give up at its deadline."""
+        transfer = self._transfer
+        if transfer is None:
+            return
+        now = monotonic()
+        held_ms = round((now - transfer.started) * 1000, 1)
+        if not self._isLeader() or self.raftCurrentTerm != transfer.term:
+            self._transfer = None
+            error = "this node stopped leading during the hand-off (see its events)"
+            events.record("leadership_hand_off_failed", "hand-off of term %d: %s", transfer.term, error,
+                          term=transfer.term, error=error, held_ms=held_ms, held=len(transfer.held))
+            _fail(transfer.held)
+            transfer.done(None, error)
+            return
         last = self._SyncObj__getCurrentLogIndex()
         match = self._SyncObj__raftMatchIndex
-        connected = self.transport.peers_up if self.transport is not None else set()
-        candidates = [n for n in self._SyncObj__otherNodes if n in connected]
-        if whole_log:
-            candidates = [n for n in candidates if match.get(n, 0) >= last]
-        if not candidates:
-            raise MembershipRefused("no follower holds this leader's whole log yet: retry in a moment")
-        target = max(candidates, key=lambda n: (match.get(n, 0), n.address))
-        term = self.raftCurrentTerm
-        behind = last - match.get(target, 0)
-        events.record("leadership_hand_off", "handing leadership of term %d to %s (%d entries behind)", term,
-                      target.address, behind, term=term, to=target.address, behind=behind)
-        # A follower of the same term: not step_down(), which forgets this term's
-        # vote (its own), and a node must never vote twice in one term.
-        self.stepdown_reason = f"handing leadership to {target.address}"
-        self._hand_off_until = monotonic() + HAND_OFF_QUIET
-        self._SyncObj__setState(0)  # FOLLOWER
-        self._SyncObj__raftLeader = None
-        # pysyncobj's own transfer message: the target starts its election at once.
-        # It checks that the sender is its leader, which it still is on the target.
-        self.transport.send(target, {"type": "timeout_now", "term": term})
-        return target.address
+        ready = [n for n in self._hand_off_candidates() if match.get(n, 0) >= last]
+        if ready and not _queued(self._SyncObj__commandsQueue):
+            target = min(ready, key=lambda n: n.address)
+            self._transfer = None
+            term = transfer.term
+            events.record("leadership_hand_off", "handing leadership of term %d to %s, which holds all %d entries "
+                          "(new entries held %.1f ms: %d)", term, target.address, last, held_ms, len(transfer.held),
+                          term=term, to=target.address, last_index=last, held_ms=held_ms, held=len(transfer.held))
+            # A follower of the same term: not step_down(), which forgets this term's
+            # vote (its own), and a node must never vote twice in one term.
+            self.stepdown_reason = f"handing leadership to {target.address}"
+            self._hand_off_until = now + HAND_OFF_QUIET
+            self._SyncObj__setState(0)  # FOLLOWER
+            self._SyncObj__raftLeader = None
+            # pysyncobj's own transfer message: the target starts its election at once.
+            # It checks that the sender is its leader, which it still is on the target.
+            self.transport.send(target, {"type": "timeout_now", "term": term})
+            _fail(transfer.held)  # never appended: they fail as a stepping-down leader's do
+            transfer.done(target.address, None)
+            return
+        if now >= transfer.deadline:
+            self._transfer = None
+            behind = last - max((match.get(n, 0) for n in self._SyncObj__otherNodes), default=0)
+            error = (f"no follower caught up with this leader's log within {now - transfer.started:.3f} s "
+                     f"({behind} entries behind): it leads on; retry")
+            events.record("leadership_hand_off_failed", "hand-off of term %d: %s", transfer.term, error,
+                          term=transfer.term, error=error, held_ms=held_ms, held=len(transfer.held))
+            for data, callback in transfer.held:  # in their order, as if never held
+                self.submit(data, callback)
+            transfer.done(None, error)
 
     def handing_off(self) -> bool:
         """Keep out of elections? (a leader that just handed off)"""
         return monotonic() < self._hand_off_until
+
+    def _hand_off_candidates(self) -> list:
+        connected = self.transport.peers_up if self.transport is not None else set()
+        return [n for n in self._SyncObj__otherNodes if n in connected]
+
+
+class _Transfer:
+    """A hand-off under way: its term, when it started and must end, who waits, what is held."""
+
+    def __init__(self, term: int, started: float, deadline: float, done) -> None:
+        self.term, self.started, self.deadline, self.done = term, started, deadline, done
+        self.held: list = []  # (entry, callback), in submission order
+
+
+def _fail(held: list) -> None:
+    for _data, callback in held:
+        callback(None, _NOT_LEADER)
+
+
+def _queued(queue) -> int:
+    """Entries submitted before the hand-off began that pysyncobj has not appended yet."""
+    return len(getattr(queue, "_FastQueue__queue", ()))
+
+
+_NOT_LEADER = 4  # pysyncobj's FAIL_REASON.NOT_LEADER: what a deposed leader's entries get
 
 
 _FAILURES = {1: "the leader's command queue is full: retry", 2: "no leader: retry",

@@ -154,6 +154,11 @@ class RaftObservations:
                       size if size is not None else "?", f"{took:.3f} s" if took is not None else "?",
                       index=index, bytes=size, seconds=round(took, 3) if took is not None else None)
 
+    def snapshot_abandoned(self, index: int, reason: str) -> None:
+        self._snapshot_started = None
+        events.record("snapshot_abandoned", "snapshot through entry %d abandoned: %s", index, reason,
+                      index=index, reason=reason)
+
     def snapshot_failed(self, reason: str, *, retry_in: float) -> None:
         self._snapshot_started = None
         self.snapshot_failures += 1

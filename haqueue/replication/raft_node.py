@@ -231,6 +231,7 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
         self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
+        self.drive_hand_off()  # a hand-off under way: done once a follower caught up (membership.py)
         self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
         if self._isLeader():
@@ -345,7 +346,10 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
     # --------------------------------------------------------- replication
     def submit(self, data: bytes, callback) -> None:
         """Append an encoded batch; callback(applied, error) runs in a tick, on the loop
-        (`applied`: haqueue.core.effects.Applied, or None if this node is stopping)."""
+        (`applied`: haqueue.core.effects.Applied, or None if this node is stopping).
+        During a leadership hand-off it waits, unsent (membership.py)."""
+        if self.hold(data, callback):
+            return
         self.apply_entry(data, callback=callback)
 
     @replicated

@@ -98,6 +98,11 @@ class RaftSnapshots:
         """Is a received snapshot's state still being built? (see the module docstring)"""
         return self._build is not None
 
+    def superseded(self) -> None:
+        """The leader's snapshot is complete and about to replace this node's file: a
+        writer of this node's own still running must not rename its older one over it."""
+        self.writer.abandon("the leader's snapshot replaces it")
+
     def poll_build(self) -> None:
         """At a tick: put a finished build's state in place; a failed one stops the node."""
         build = self._build

@@ -28,8 +28,11 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from haqueue.config.replication import ReplicationSettings
 from haqueue.core.effects import Applied
 from haqueue.replication.snapshot import WRITER_NICENESS  # background writers' niceness (server/backup.py)
+# Whether this node was removed from the group, for server/removal_watch.py (pure).
+from haqueue.replication.removal import REMOVED_EXIT, message as removal_message, operator_of, removed_by
 
-__all__ = ["MembershipRefused", "Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica", "startup_errors"]
+__all__ = ["MembershipRefused", "REMOVED_EXIT", "Replica", "ReplicaLike", "WRITER_NICENESS", "open_replica",
+           "operator_of", "removal_message", "removed_by", "startup_errors"]
 
 
 class MembershipRefused(Exception):
@@ -186,20 +189,33 @@ class Replica:
         """Every member's Raft address as this node knows it now (membership.py)."""
         return self._raft.members()
 
-    def change_members(self, op: str, address: str, done: Callable[[str | None], None]) -> None:
+    def change_members(self, op: str, address: str, done: Callable[[str | None], None],
+                       info: dict | None = None) -> None:
         """On the leader: add ("add") or remove ("rem") one member; `done(error)` once
-        committed (None) or failed; raises membership.MembershipRefused at once."""
-        self._raft.change(op, address, done)
+        committed (None) or failed; raises membership.MembershipRefused at once.
+        `info`: an added node's id, host, admin and client ports, carried in the entry."""
+        self._raft.change(op, address, done, info)
 
-    def hand_off(self, whole_log: bool = True) -> str:
-        """On the leader: give leadership to a follower holding its whole log (or, not
-        `whole_log`, the most of it); its Raft address (membership.py)."""
-        return self._raft.hand_off(whole_log)
+    def removed_by_entry(self) -> bool:
+        """Has this node applied a committed entry removing itself? (removal.py)"""
+        return self._raft.removed_by_entry
+
+    def hand_off(self, done: Callable[[str | None, str | None], None]) -> None:
+        """On the leader: hand leadership to a follower once one holds its whole log,
+        new entries held meanwhile; `done(target, error)` on the loop (membership.py).
+        Raises membership.MembershipRefused at once if there is nobody to hand off to."""
+        self._raft.hand_off(done)
 
     # --------------------------------------------------------------- status
     def status(self) -> dict:
-        """Role, term, leader, commit and applied index, log length, quorum."""
-        return self._raft.status()
+        """Role, term, leader, commit and applied index, log length, quorum, members
+        (and whether their last change is settled, and what additions said of them)."""
+        status = self._raft.status()
+        status["members_settled"] = self._raft.members_settled()
+        info = self._raft.member_info()
+        if info:
+            status["member_info"] = info
+        return status
 
     def peers_connected(self) -> dict[str, bool]:
         """Each peer's Raft address, and whether its link is up."""

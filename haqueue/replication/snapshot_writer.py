@@ -131,6 +131,22 @@ class SnapshotWriter:
         self.retry_at = self.clock() + backoff
         self.observations.snapshot_failed(reason, retry_in=backoff)
 
+    def abandon(self, reason: str) -> None:
+        """Kill a running writer and wait for it: a newer snapshot is about to take the
+        file's place (one the leader sent), and this writer, renaming its older one over
+        it afterwards, left a snapshot behind the journal that a restart refused
+        ("the entries between exist nowhere on this node"). Reported FAILED to the
+        caller (pysyncobj must stop waiting for it), without a backoff: nothing failed."""
+        if not self.pid:
+            return
+        pid, self.pid = self.pid, 0
+        snapshot.end_writer(pid, 0.0)  # SIGKILL, then reaped: it renames nothing after this
+        if self._errors >= 0:
+            os.close(self._errors)
+            self._errors = -1
+        self._unreported = FAILED
+        self.observations.snapshot_abandoned(self.covers[0][1], reason)
+
     # ------------------------------------------------------------- stopping
     def end(self, grace: float) -> None:
         """Let a running writer finish within `grace` seconds, then kill it (snapshot.end_writer)."""

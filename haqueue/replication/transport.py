@@ -123,6 +123,9 @@ class SyncingTransport(TCPTransport):
         term = message.get("term", -1)
         if term >= sync_obj.raftCurrentTerm:
             self.leader_heard_at = now
+            serialized = message.get("serialized")
+            if serialized is not None and serialized[2]:  # the last chunk of the leader's snapshot
+                sync_obj.snapshots.superseded()
             self._seq_from[node] = message.get(APPEND_SEQ)  # pysyncobj answers it
             if term > sync_obj.raftCurrentTerm and sync_obj._isLeader():
                 sync_obj.stepdown_reason = f"heard leader {node.address} of term {term}"

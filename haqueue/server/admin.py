@@ -155,12 +155,24 @@ class AdminServer:
 
     def _leader_admin(self) -> str | None:
         """http://ADDRESS:ADMIN_PORT/ of the leader this node knows (not itself), or None."""
+        where = self._leader_admin_address()
+        return f"http://{where}/" if where else None
+
+    def _leader_admin_address(self) -> str | None:
+        """ADDRESS:ADMIN_PORT of the leader this node knows (not itself): named by the
+        cluster file, or by the entry that added it (roster.py), else None."""
+        from haqueue.roster import FileNode, directory
+
         replica = self.server.replica
-        leader = replica.status().get("leader") if replica is not None else None
-        for _node_id, address, admin_port, raft in self.server.options.members:
-            if raft == leader and raft != self.server.options.raft_address and admin_port:
-                return f"http://{address}:{admin_port}/"
-        return None
+        status = replica.status() if replica is not None else {}
+        leader = status.get("leader")
+        if leader is None or leader == self.server.options.raft_address:
+            return None
+        known = directory([FileNode(*m) for m in self.server.options.members], status.get("member_info") or {})
+        entry = known.get(leader)
+        if entry is None or not entry.admin_port:
+            return None
+        return f"{entry.host}:{entry.admin_port}"
 
     def _operation_sessions(self):
         if self._sessions is None:
@@ -208,11 +220,9 @@ class AdminServer:
         """An /id request this node cannot answer now: try again in a second,
         at the leader if this node knows which one it is (not itself)."""
         headers = "Retry-After: 1\r\n"
-        replica = self.server.replica
-        leader = replica.status().get("leader") if replica is not None else None
-        for _node_id, address, admin_port, raft in self.server.options.members:
-            if raft == leader and raft != self.server.options.raft_address and admin_port:
-                headers += f"Location: http://{address}:{admin_port}{path}\r\n"
+        where = self._leader_admin_address()
+        if where:
+            headers += f"Location: http://{where}{path}\r\n"
         return headers
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -130,6 +130,7 @@ class QueueServer:
         self.deadlines = Deadlines(self)  # the TICK for the next deadline (deadlines.py)
         self._stopped = asyncio.Event()
         self.fatal: str | None = None
+        self.removed_line: str | None = None  # removed from the Raft group: the line it stops with
         self.admin_server = None
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
@@ -204,13 +205,29 @@ class QueueServer:
             self.admin_server = AdminServer(self, *self.options.admin, token=self.options.admin_token)
             await self.admin_server.start()
         self.replica.start()
+        watcher = None
+        if hasattr(self.replica, "removed_by_entry"):  # a Raft member: it may be removed (removal_watch.py)
+            from haqueue.server.removal_watch import watch
+
+            watcher = loop.create_task(watch(self))
         try:
             await self._stopped.wait()
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await self._shutdown()
+        if self.removed_line is not None:
+            from haqueue.replication.replica import REMOVED_EXIT
+
+            return REMOVED_EXIT
         return 1 if self.fatal else 0
 
     def request_stop(self) -> None:
+        self._stopped.set()
+
+    def removed(self, line: str) -> None:
+        """This node was removed from the Raft group (removal_watch.py): stop for good."""
+        self.removed_line = line
         self._stopped.set()
 
     def _die(self, message: str) -> None:

@@ -266,8 +266,12 @@ class NodeCollector:
              "1 while the leader has heard a majority recently enough to answer reads locally."),
         ):
             yield GaugeMetricFamily(name, help_, value=value)
-        # Peers by their id in the cluster file when known (else their Raft address).
-        names = {raft: node_id for node_id, _, _, raft in server.options.members}
+        # Peers by their id in the cluster file or their addition's entry (roster.py),
+        # else by their Raft address.
+        from haqueue.roster import FileNode, directory
+
+        names = {raft: entry.id for raft, entry in directory(
+            [FileNode(*m) for m in server.options.members], status.get("member_info") or {}).items()}
         up = GaugeMetricFamily("haqueue_raft_peer_up", "1 while the Raft link to the peer is up.", labels=["peer"])
         for peer, connected in sorted(replica.peers_connected().items()):
             up.add_metric([names.get(peer, peer)], int(connected))

@@ -1,7 +1,9 @@
 """The cluster as one picture: GET / (a page for a browser) and GET /cluster (its data).
 
 GET /cluster  JSON: every member's status as this node sees it (its own, and
-              each peer's /status asked over HTTP with a short timeout), who
+              each peer's /status asked over HTTP with a short timeout; the
+              members are the serving leader's, not the file's: roster.py,
+              and a file node that is not one is listed as "not a member"), who
               leads, each node's lag in entries (and, from the leader, in
               seconds), and every tube's depth and counters from this node's
               replicated state (followers hold the same). `haqueue top` reads
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from haqueue.roster import FileNode, directory, leader_view, roster
 from haqueue.server.batcher import wall_ms
 from haqueue.server.metrics import tube_rows
 
@@ -64,23 +67,40 @@ async def fetch_json(host: str, port: int, path: str, timeout: float = PEER_TIME
 
 
 async def cluster_view(server) -> dict:
+    """The nodes as roster.py lists them (the serving leader's members, named through
+    this node's file and the additions' entries), each with its /status."""
     options = server.options
-    members = options.members or [(options.node_id or options.name, "", 0, options.raft_address)]
-    me = options.node_id or members[0][0]
+    me = options.node_id or options.name
+    file_nodes = [FileNode(*member) for member in options.members] or [FileNode(me, "", 0, options.raft_address)]
+    mine = options.raft_address if options.members else file_nodes[0].raft
+    own = server.status()
+    answers: dict = {mine: own}
 
-    async def one(member) -> dict:
-        node_id, host, port, raft = member
-        row = {"node": node_id, "raft": raft, "self": node_id == me}
-        if node_id == me:
-            row.update(reachable=True, **server.status())
-            return row
+    async def ask(entry) -> None:
         try:
-            row.update(reachable=True, **await fetch_json(host, port, "/status", token=options.admin_token))
+            answers[entry.raft] = await fetch_json(entry.host, entry.admin_port, "/status", token=options.admin_token)
         except (OSError, ValueError):
-            row["reachable"] = False
-        return row
+            answers[entry.raft] = None
 
-    nodes = list(await asyncio.gather(*(one(m) for m in members)))
+    async def ask_all(entries) -> None:
+        await asyncio.gather(*(ask(e) for e in entries if e.raft not in answers and e.admin_port))
+
+    # Every node this node can name first; then the members only the leader could name.
+    await ask_all(directory(file_nodes, own.get("member_info") or {}).values())
+    leader = leader_view(answers.values())
+    members, info = leader if leader is not None else (own.get("members"), {})
+    lines = roster(file_nodes, members, own.get("member_info") or {}, info)
+    await ask_all(lines)
+    nodes = []
+    for line in lines:
+        row = {"node": line.node, "raft": line.raft, "self": line.raft == mine, "membership": line.membership,
+               "in_file": line.in_file, "host": line.host, "admin_port": line.admin_port}
+        answer = answers.get(line.raft)
+        if answer is not None:
+            row.update(reachable=True, **answer)
+        else:
+            row["reachable"] = False
+        nodes.append(row)
     by_raft = {row["raft"]: row["node"] for row in nodes}
     leader_commit = max((row.get("commit_index") or 0) for row in nodes)
     serving = [row for row in nodes if row.get("reachable") and row.get("serving")]
@@ -88,8 +108,8 @@ async def cluster_view(server) -> dict:
         if row.get("reachable"):
             row["lag_entries"] = max(0, leader_commit - (row.get("applied_index") or 0))
             row["leader_id"] = by_raft.get(row.get("leader"), row.get("leader"))
-    for leader in serving:
-        for raft, behind in (leader.get("follower_lag") or {}).items():
+    for leader_row in serving:
+        for raft, behind in (leader_row.get("follower_lag") or {}).items():
             follower = next((r for r in nodes if r["raft"] == raft), None)
             if follower is not None:
                 follower["lag_seconds"] = behind["seconds"]
@@ -155,7 +175,7 @@ PAGE = """<!doctype html>
 <div class="banner" id="banner">leader: <b id="leader" data-leader="">?</b></div>
 <h2>Nodes</h2>
 <table id="nodes">
-  <thead><tr><th>node</th><th>reachable</th><th>role</th><th>serving</th><th>term</th><th>commit</th>
+  <thead><tr><th>node</th><th>member</th><th>reachable</th><th>role</th><th>serving</th><th>term</th><th>commit</th>
     <th>applied</th><th>lag (entries)</th><th>lag (s)</th></tr></thead>
   <tbody></tbody>
 </table>
@@ -234,8 +254,10 @@ function show(view) {
     const row = nodes.insertRow();
     row.dataset.node = n.node;
     row.dataset.role = n.reachable ? n.role : "unreachable";
+    row.dataset.membership = n.membership;
     row.className = !n.reachable ? "down" : (n.node === view.leader ? "leader" : "");
     cell(row, n.node, "node");
+    cell(row, n.membership === "not a member" ? "not a member" : "yes", "membership");
     cell(row, n.reachable ? "yes" : "no", "reachable");
     cell(row, n.reachable ? n.role : "-", "role");
     cell(row, n.reachable ? (n.serving ? "yes" : "no") : "-", "serving");

@@ -18,7 +18,7 @@ from haqueue.cli.main import main
 from tests.cluster.convergence import wait_converged
 from tests.cluster.running import random_base_port, running_cluster
 
-STATUS_HEADER = ["node", "reachable", "role", "term", "commit", "applied", "lag", "client_port", "leader"]
+STATUS_HEADER = ["node", "reachable", "role", "term", "commit", "applied", "lag", "client_port", "leader", "member"]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_cluster_status_shows_a_killed_follower_unreachable_and_still_exits_0(tm
         code, out, _ = run(capsys, "cluster", "status", "--config", str(running.config_path))
     assert code == 0
     rows = {r[0]: r for r in table(out)[1:]}
-    assert rows[follower][1:] == ["no", "-", "-", "-", "-", "-", "closed", "-"]
+    assert rows[follower][1:] == ["no", "-", "-", "-", "-", "-", "closed", "-", "yes"]
     assert rows[leader.id][2] == "leader"
 
 

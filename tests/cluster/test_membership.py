@@ -178,3 +178,76 @@ def test_an_added_node_starts_empty_and_catches_up_from_the_leaders_snapshot(mak
     assert (cluster.workdir / "n4" / "raft.snapshot").exists()
     assert "snapshot restored" in (cluster.workdir / "n4.log").read_text()
     assert len(statuses["n4"]["members"]) == 4
+
+
+def _cluster_view(member) -> dict:
+    import json
+
+    code, body = admin_client.get(member.address, member.admin_port, "/cluster", 2.0)
+    assert code == 200, body
+    return json.loads(body)
+
+
+def _status_rows(config) -> dict:
+    import json
+
+    done = haqueue("cluster", "status", "--json", "--config", str(config))
+    assert "Traceback" not in done.stderr, done.stderr
+    return {row["node"]: row for row in json.loads(done.stdout)}
+
+
+def _until(what: str, probe, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = probe()
+        if seen:
+            return seen
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.2)  # other processes' state: polled
+
+
+def test_the_views_follow_the_live_members_and_a_removed_node_stops_with_its_own_status(make_cluster):
+    from haqueue.replication.removal import REMOVED_EXIT
+
+    cluster = make_cluster(["-f0"])
+    old_file = cluster.config_path.with_name("deployed.toml")  # what the running nodes were started with
+    old_file.write_text(cluster.config_path.read_text())
+    leader = cluster.leader()
+    # Added: the nodes still run on a file without n4, and `cluster status` reads that file too.
+    add_node(cluster, "n4", "127.0.0.14")
+    rows = _until("cluster status showing n4 up", lambda: (lambda r: r if r.get("n4", {}).get("reachable")
+                                                           else None)(_status_rows(old_file)))
+    assert rows["n4"]["membership"] == "member" and rows["n4"]["raft"] == cluster.spec.node("n4").raft_endpoint
+    assert rows["n4"]["role"] == "follower" and rows["n4"]["client_port"] is False
+    table = haqueue("cluster", "status", "--config", str(old_file)).stdout
+    assert any(line.split()[:3] == ["n4", "yes", "follower"] for line in table.splitlines()), table
+    follower = next(n for n in cluster.spec.nodes if n.id not in (leader.id, "n4"))
+    view = _until("/cluster on an old node showing n4 up", lambda: (
+        lambda v: v if any(n["node"] == "n4" and n["reachable"] for n in v["nodes"]) else None)(
+        _cluster_view(follower)))
+    assert [n["node"] for n in view["nodes"]] == ["n1", "n2", "n3", "n4"]
+    assert {n["membership"] for n in view["nodes"]} == {"member"}
+    top = haqueue("top", "--once", "--config", str(old_file)).stdout
+    assert any(line.split()[0] == "n4" and line.split()[-1] == "yes" for line in top.splitlines()[2:7]), top
+    # Removed: the node learns it, stops with its own status and says why in one line.
+    term = admin_client.status(leader.address, leader.admin_port, 1.0)["term"]
+    done = haqueue("cluster", "remove-node", "--config", str(cluster.config_path), "--id", follower.id, "--write")
+    assert done.returncode == 0, done.stderr
+    process = cluster.nodes[follower.id].process
+    assert process.wait(timeout=20) == REMOVED_EXIT, cluster.log_tail(follower.id)
+    log = cluster.log_tail(follower.id, 40)
+    stop_lines = [line for line in log.splitlines() if line.startswith("haqueue: ")]
+    assert stop_lines == [stop_lines[0]] and stop_lines[0].startswith(
+        f"haqueue: {follower.id} was removed from the cluster by "), log
+    assert "(cli) through leader" in stop_lines[0]
+    assert "removed_from_cluster" in log or "was removed from the cluster" in log
+    status = admin_client.status(leader.address, leader.admin_port, 1.0)
+    assert status["term"] == term and status["role"] == "leader", "the removal caused an election"
+    rows = _status_rows(old_file)
+    assert rows[follower.id]["membership"] == "not a member" and not rows[follower.id]["reachable"]
+    assert {n for n, r in rows.items() if r["membership"] == "member"} == {"n1", "n2", "n3", "n4"} - {follower.id}
+    view = _cluster_view(leader)
+    assert [(n["node"], n["membership"]) for n in view["nodes"]][-1] == (follower.id, "not a member")
+    top = haqueue("top", "--once", "--config", str(old_file)).stdout
+    assert any(line.split()[:2] == [follower.id, "unreachable"] and line.endswith("not a member")
+               for line in top.splitlines()), top

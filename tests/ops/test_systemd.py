@@ -230,3 +230,12 @@ def test_reload_sends_the_signal_that_rereads_the_id_rules(case):
     for node in cluster.nodes:
         unit = text_of(files, f"haqueue-{node.id}.service")
         assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.splitlines()
+
+
+def test_the_unit_does_not_restart_a_node_removed_from_the_cluster():
+    from haqueue.replication.removal import REMOVED_EXIT
+
+    assert systemd.REMOVED_EXIT == REMOVED_EXIT  # ops/ cannot import replication/: one number, twice
+    cluster, files = rendered("vagrant")
+    unit = text_of(files, systemd.unit_file(cluster.nodes[0]))
+    assert f"\nRestartPreventExitStatus={REMOVED_EXIT}\n" in unit and "\nRestart=always\n" in unit

@@ -98,8 +98,11 @@ def test_hand_off_elects_an_up_to_date_follower_and_the_old_leader_stays_out():
         cluster.run_until(cluster.caught_up, seconds=1.0, what="followers caught up")
         term = leader.raftCurrentTerm
         terms = Terms(cluster)
-        target = leader.hand_off()
-        assert not leader._isLeader()
+        handed: list = []
+        leader.hand_off(lambda target, error: handed.append((target, error)))
+        cluster.run_until(lambda: handed, seconds=1.0, what="the hand-off")
+        target, error = handed[0]
+        assert error is None and not leader._isLeader()
         cluster.run_until(lambda: terms() and cluster.settled() and not leader._isLeader(), seconds=3.0,
                           what="a new leader after the hand-off")
         new = cluster.leader()
@@ -216,3 +219,85 @@ def test_pysyncobj_admin_messages_cannot_change_the_group_behind_the_leaders_che
             callbacks = node.transport._onUtilityMessageCallbacks
             assert "status" in callbacks
             assert not {"add", "remove", "transfer"} & set(callbacks)
+
+
+def test_an_addition_carries_the_new_nodes_addresses_to_every_member():
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        new = _join(cluster)
+        info = {"id": "n4", "host": "127.0.0.14", "admin_port": 8004, "client_port": 7004}
+        outcome = []
+        leader.change(ADD, new.selfNode.address, outcome.append, info)
+        cluster.run_until(lambda: outcome, seconds=2.0, what="the addition committed")
+        assert outcome == [None]
+        cluster.run_until(lambda: all(new.selfNode.address in n.member_info() for n in cluster.nodes if n is not new),
+                          seconds=2.0, what="every old member learnt the new one's addresses")
+        for node in cluster.nodes:
+            if node is not new:
+                assert node.member_info() == {new.selfNode.address: info}
+        assert leader.members_settled()
+
+
+def _as_served(node) -> dict:
+    """What a node's /status says of it (server/app.py + replica.py), for removal.py."""
+    return {**node.status(), "serving": node._isLeader(), "members_settled": node.members_settled()}
+
+
+def test_a_removed_node_learns_it_from_the_leader_and_disturbs_nobody_meanwhile():
+    from haqueue.replication.removal import removed_by
+
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        for n in range(3):
+            cluster.commit(leader, _entry(n))
+        cluster.run_until(cluster.caught_up, seconds=1.0, what="followers caught up")
+        gone = cluster.followers()[0]
+        me = gone.selfNode.address
+        assert removed_by(me, gone.raftLastApplied, [_as_served(leader)]) is None  # a member
+        assert _change(cluster, leader, REMOVE, me) is None
+        term = leader.raftCurrentTerm
+        # Several election timeouts, the removed node ticking all the while: no election anywhere.
+        cluster.run_while(lambda: leader._isLeader() and all(n.raftCurrentTerm == term for n in cluster.nodes),
+                          seconds=3.0, what="one leader, one term")
+        assert not gone._isLeader() and me in gone.members()  # it never heard of its removal itself
+        assert removed_by(me, gone.raftLastApplied, [_as_served(n) for n in cluster.nodes if n is not gone]) \
+            == _as_served(leader)
+        # A node holding nothing of the log is one waiting to be added: never told to stop.
+        assert removed_by(me, 0, [_as_served(leader)]) is None
+
+
+def test_a_leader_whose_last_change_is_not_committed_proves_nothing():
+    from haqueue.replication.removal import removed_by
+
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        cluster.commit(leader, _entry(0))
+        cluster.run_until(cluster.caught_up, seconds=1.0, what="followers caught up")
+        gone = cluster.followers()[0]
+        for other in cluster.followers():
+            cluster.paused.add(other)  # nobody acknowledges: the removal cannot commit
+        leader.change(REMOVE, gone.selfNode.address, lambda error: None)
+        cluster.run(seconds=0.05)
+        assert gone.selfNode.address not in leader.members() and not leader.members_settled()
+        assert removed_by(gone.selfNode.address, 1, [_as_served(leader)]) is None
+
+
+def test_an_addition_with_addresses_is_still_the_entry_pysyncobj_and_older_haqueues_read():
+    import pickle
+    import pickletools
+
+    from pysyncobj.node import TCPNode
+
+    from haqueue.replication.membership import MEMBERSHIP_TYPE, parse_request
+
+    info = {"id": "n4", "host": "127.0.0.14", "admin_port": 8004, "client_port": 7004}
+    node = TCPNode("127.0.0.14:9004", haqueue_member=info)
+    command = bytes([MEMBERSHIP_TYPE]) + pickle.dumps([ADD, node.id, node])  # as addNodeToCluster writes it
+    assert parse_request(command) == (ADD, "127.0.0.14:9004")
+    loaded = pickle.loads(command[1:])[2]
+    assert loaded == TCPNode("127.0.0.14:9004") and hash(loaded) == hash(TCPNode("127.0.0.14:9004"))
+    assert loaded.address == "127.0.0.14:9004" and loaded.haqueue_member == info
+    # Only pysyncobj's own class and plain data: nothing an older haqueue could not unpickle.
+    names = [arg for op, arg, _ in pickletools.genops(command[1:]) if op.name in ("SHORT_BINUNICODE", "BINUNICODE")]
+    assert "pysyncobj.node" in names and "TCPNode" in names and not any("haqueue." in str(n) for n in names)
