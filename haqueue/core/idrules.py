@@ -1,7 +1,7 @@
 """Id rules: what an id looks like, checked so that distinct counters give distinct ids.
 
-A rule is id_server's four Lua functions made declarative (shared/id-service.md
-§3.3): the counter's range, how often it starts again, in which time zone, and
+A rule is id_server's four Lua functions made declarative (docs/id-service.md,
+"Rules"): the counter's range, how often it starts again, in which time zone, and
 a format template such as "{y1}{month:02}{day:02}{counter:04}" (the seed's
 `o2o` rule: counter 1 on 2015-05-14 renders "505140001").
 

@@ -8,7 +8,8 @@ counters on every node, and no clock or I/O is read here. The id string is
 not state: the leader renders it from the values and the time a reservation
 returns (idrules.IdRule.render), so the date in an id and the cycle its
 counter belongs to always come from the same instant (id_server took them
-from two clock readings, a second apart at a boundary: shared/id-service.md §1.7).
+from two clock readings, a second apart at a boundary: docs/id-service.md,
+"What id_server did, and what is closed here").
 
 What keeps an id from ever coming round twice (id_server's ways of repeating
 one, each closed):

@@ -72,9 +72,11 @@ class QueueState:
         self.job_timeouts = 0
         self.internal_errors = 0  # bugs caught at the apply boundary; must stay 0
         # Connection ids are (leader epoch << 32 | serial). A new leader raises
-        # the floor when it releases orphans, so a command of a dead leader's
-        # connection that is still in flight (pysyncobj forwards queued
-        # commands to the new leader) cannot take a reservation again (I4, I5).
+        # the floor when it releases orphans, so a command of an older leader's
+        # connection that reaches the log after that release cannot take a
+        # reservation again (I4, I5). Nothing forwards commands (a follower
+        # answers NOT_LEADER: docs/design.md, docs/pysyncobj.md D7), so none
+        # should arrive; the floor is the second guard, applied on every node.
         self.conn_epoch_floor = 0
         # Global deadline heaps, cleaned lazily like the tube heaps, and
         # filtered when stale entries outnumber live ones: a stale entry keeps

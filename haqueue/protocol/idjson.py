@@ -1,6 +1,6 @@
 """The id service's JSON/UDP codec (id_server compatible), sans-I/O.
 
-One JSON object per datagram (shared/id-service.md §3.2). `parse` turns a
+One JSON object per datagram (docs/id-service.md, "Wire protocol (UDP)"). `parse` turns a
 datagram into a GetId, a Monitor, a BadRequest (the reply is an error) or
 None (no reply at all); the reply builders turn results into bytes. No
 socket, no clock: the UDP and HTTP front ends (server/ids/udp.py,

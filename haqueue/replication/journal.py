@@ -50,7 +50,7 @@ whether it is on disk.
 
 The leader syncs in the background (`sync_in_background`, one worker thread):
 its own fsync then overlaps the followers' round trip without stopping the
-Raft thread from reading their acknowledgements, and applying an entry waits
+event loop, where Raft ticks, from reading their acknowledgements, and applying an entry waits
 only for the bytes of that entry (`sync(through=...)`), not for entries
 appended since. A follower's acknowledgements wait for their bytes in the same
 worker (`synced_through`, which waits at most a given time), so a slow disk
@@ -584,7 +584,7 @@ class DurableJournal:
 
     def deleteEntriesTo(self, entryTo):
         # After a snapshot: drop the covered entries now, and the file's prefix in
-        # the journal's worker (_compact_in_worker), off the Raft thread: the copy
+        # the journal's worker (_compact_in_worker), off the loop Raft ticks on: the copy
         # and its fsync took 90-160 ms of the loop per snapshot (docs/reliability.md,
         # B7). Until the swap the file keeps the old prefix, which is consistent with
         # the snapshot (raft_node.align_journal_to_snapshot drops it at a restart).

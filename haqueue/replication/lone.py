@@ -3,7 +3,7 @@
 A lone node is its own majority: an entry is committed the moment it is in
 its own journal, synced as its fsync policy says (`-f0`: before anything
 that depends on it is answered). So it needs none of pysyncobj's machinery:
-no tick thread, no Raft port, no election, no hand-off between threads.
+no Raft ticks, no Raft port, no election, no hand-off between threads.
 `submit` runs in the event loop's thread and does, in order: write the entry
 to the journal, fsync it (`-f0`; with `-f MS` a timer syncs at most every MS
 ms, as beanstalkd does), apply it, and call back with its results and
@@ -15,7 +15,7 @@ measured slower with the node on one core (cycle, window 1, -f0, alternating
 runs on a quiet machine: 1,601-1,719 against 1,849-2,156 cycles/s inline):
 at a 0.1 ms fsync the thread hand-offs cost more than the overlap saves.
 
-Measured against the pysyncobj path it replaces (docs/benchmarks.md, issue
+Measured against the pysyncobj path it replaces (docs/benchmarks-log.md, issue
 9): two thread hand-offs per entry and pysyncobj's per-tick work were most of
 a lone command's cost. And a lone node that never imports pysyncobj (nor the
 cryptography it loads) starts listening and answering sooner (issue 10).
@@ -251,7 +251,7 @@ class LoneReplica:
     # ----------------------------------------------------------- leadership
     @property
     def ticked_at(self) -> float:
-        return time.monotonic()  # no tick thread to starve: never overdue
+        return time.monotonic()  # no Raft to tick: never overdue
 
     def is_leader(self) -> bool:
         return self.fatal_error is None

@@ -7,7 +7,7 @@ loop's self-pipe), and the leader's fsync was a third thread. Each crossing
 is a wake-up and a handover of the interpreter lock, and on a busy loop the
 lock is handed over only when the waiting thread has waited a whole switch
 interval (5 ms). Measured on the leader of three nodes sharing one core
-(issue 9, docs/benchmarks.md): a sequential `put` took 3.1 ms, a third of
+(issue 9, docs/benchmarks-log.md): a sequential `put` took 3.1 ms, a third of
 the leader's lock time went to waking the journal's worker, and in segment
 mode the id service's tick thread woke 5,000 times a second to hand the lock
 back and forth while the loop did the work.

@@ -160,7 +160,7 @@ def write_in_child(path: str, state: QueueState, raft_data, sync: bool, errors_f
     The writer runs at WRITER_NICENESS: it is background work, and serialising a
     big state at the node's own priority took the CPU from serving it (three
     nodes sharing one core, windowed puts: 30,000 puts/s while snapshots ran,
-    45,000-48,000 with the writer niced; docs/benchmarks.md). Not idle priority:
+    45,000-48,000 with the writer niced; docs/benchmarks-log.md). Not idle priority:
     against a busy node it still gets about a tenth of a core, so it finishes and
     the journal it folds stops growing.
     """

@@ -477,7 +477,8 @@ class QueueServer:
     def leads_and_is_followed(self) -> bool:
         """The leader check (admin /leader): serving clients, and a majority
         answered this leader's appends within the leader fallback; false on a
-        leader whose Raft thread is stuck, which cannot step down by itself."""
+        leader whose Raft is stuck (an fsync stalled for seconds), which cannot
+        step down by itself."""
         return self.serving and self.replica is not None and self.replica.is_followed()
 
     def status(self) -> dict:

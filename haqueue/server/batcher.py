@@ -121,10 +121,11 @@ class Batcher:
             loop, loop_thread = self.loop, threading.get_ident()  # _flush runs on the loop
 
             def done(applied, conts=conts):
-                # A Raft node calls back from its replication thread: hand over to
-                # the loop. A lone node (lone.py) calls back inside this very
-                # submit, on the loop's thread: a plain call_soon spares the wake-up
-                # write a threadsafe one costs, once per entry.
+                # On the server every replica calls back on the loop's thread (a
+                # Raft node ticks there, on_loop.py; a lone node calls back inside
+                # this very submit): a plain call_soon spares the wake-up write a
+                # threadsafe one costs, once per entry. A node ticked from another
+                # thread (a test ticking by hand) gets the threadsafe hand-over.
                 if threading.get_ident() == loop_thread:
                     loop.call_soon(self._done, conts, applied)
                 else:

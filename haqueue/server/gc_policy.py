@@ -1,7 +1,8 @@
 """The cycle collector in a process that holds millions of long-lived jobs.
 
 CPython's collector walks every tracked object of the generations it
-collects, with the GIL held: the Raft thread stops too, and so do heartbeats.
+collects, with the GIL held: the event loop stops, and with it Raft's ticks
+and heartbeats (they run on the loop: replication/on_loop.py).
 A queue's jobs are long-lived container objects, so a growing backlog keeps
 feeding the older generations. Measured on a 3-node cluster filling to 2.6M
 queued 100-byte jobs (thresholds 10000/50/100, no freezing): generation-1

@@ -52,8 +52,9 @@ READ_TURN_SECONDS = 0.00025
 # A connection that used up its turn while a write waits for Raft runs again
 # once the write is applied, or after this long at most (turns.py says why).
 TURN_DEFER_SECONDS = 0.001
-# ...and so does one that used up its turn when Raft's tick thread has not
-# finished a tick for this long (it polls for at most 20 ms between ticks).
+# ...and so does one that used up its turn when Raft has not ticked for this
+# long (its timer sleeps until the next heartbeat, election deadline or
+# keepalive, so an idle node can go a heartbeat without one: on_loop.py).
 TICK_OVERDUE_SECONDS = 0.03
 # Descriptors the node needs besides client connections: the listeners, the
 # journal, Raft peers, the admin port, the loop's own.

@@ -3,11 +3,11 @@
 A connection runs at most COMMANDS_PER_TURN commands or TURN_SECONDS of work
 at a time (session.py); then it yields. Its next turn used to come right after
 everything else the loop had ready (`call_soon`), and that alone did not keep
-a flood from slowing everyone else's writes. Raft commits in pysyncobj's tick
-thread, which needs the interpreter lock for each step of an entry (waking
+a flood from slowing everyone else's writes. Raft then committed in pysyncobj's
+tick thread, which needed the interpreter lock for each step of an entry (waking
 from its poll, reading the notification, appending, applying, handing the
-result back), and a loop that never idles takes the lock back before the tick
-thread wakes up to take it: CPython forces a handover only to a thread that
+result back), and a loop that never idles took the lock back before the tick
+thread woke up to take it: CPython forces a handover only to a thread that
 has waited a whole switch interval (5 ms) with no other switch in between,
 and the loop switches on every callback. Profiled with one connection
 pipelining `stats` and reading every reply (docs/reliability.md, "Hostile
@@ -18,18 +18,18 @@ machine, a cluster's leader dropped the measuring client mid-run, as it does
 when it steps down.
 
 So a connection that has used up its turn waits, while a write is waiting for
-Raft (queued in the batcher or in flight) or while the tick thread is overdue
-(no tick for TICK_OVERDUE_SECONDS), until an entry is applied or
-TURN_DEFER_SECONDS have passed, whichever is first. With nothing else to run,
-the loop blocks in its poll without the lock, and the tick thread commits (or
-heartbeats) at full speed; an applied entry wakes the loop. Writes are served
-before the next round of a flood, and a flooder loses at most
-TURN_DEFER_SECONDS per turn, never its turns.
+Raft (queued in the batcher or in flight) or while Raft's tick is overdue
+(none for TICK_OVERDUE_SECONDS), until an entry is applied or
+TURN_DEFER_SECONDS have passed, whichever is first. Writes are served before
+the next round of a flood, and a flooder loses at most TURN_DEFER_SECONDS per
+turn, never its turns.
 
 Raft now ticks on the loop itself (replication/on_loop.py), so there is no
-lock to hand over; the wait still serves: while a flooder's turn waits, the
-loop runs the ticks that commit the waiting write and the replies that
-follow, instead of another round of the flood between each of them.
+lock to hand over (that was the first reason for the wait); the wait still
+serves: while a flooder's turn waits, the loop runs the ticks that commit the
+waiting write and the replies that follow, instead of another round of the
+flood between each of them, and `raft_first` runs an overdue tick before the
+next connection's turn.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Floods against a real 3-node cluster's leader. Unread `stats`: the Raft traffic, the
 other clients, new connections and the admin port carry on, and the leader's memory stays
-bounded. Read `stats` (the loop never idles): the leader's Raft thread still commits and
-heartbeats, so it keeps its followers and other clients' puts are answered."""
+bounded. Read `stats` (the loop never idles): the leader's Raft, ticked on the same loop,
+still commits and heartbeats, so it keeps its followers and other clients' puts are answered."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_the_leader_contains_a_client_that_never_reads(make_cluster):
 
 def test_the_leader_keeps_its_followers_through_a_reading_flood(make_cluster):
     # Before turns yielded to Raft (server/turns.py), a flood like this starved the
-    # leader's tick thread of the interpreter lock: puts waited ~200 ms, and on a
+    # leader's tick thread (Raft ticked in a thread then) of the interpreter lock: puts waited ~200 ms, and on a
     # loaded machine the followers stopped hearing from it and elected another.
     cluster = make_cluster(("-f0",))
     leader = cluster.leader(timeout=LEADER_TIMEOUT)

@@ -145,7 +145,7 @@ def _phases(count: int, max_paused: int):
             "late": st.sets(st.sampled_from(pairs)),  # held back...
             "late_kind": st.sampled_from([None, "request_vote"]),  # ...every message, or only vote requests
             "release": st.booleans(),  # ...and delivered, in order, at the end of this phase or a later one
-            "paused": st.sets(st.integers(0, count - 1), max_size=max_paused),  # nodes whose tick thread is stuck
+            "paused": st.sets(st.integers(0, count - 1), max_size=max_paused),  # nodes whose ticks are stuck
             "steps": st.integers(4, 120),  # rounds of STEP (0.005 s): 0.02 to 0.6 s
         }),
         min_size=1, max_size=6)

@@ -74,13 +74,13 @@ def test_an_entry_bigger_than_a_message_chunk_reaches_the_followers_at_once():
 
 
 def test_a_leader_whose_thread_is_stuck_fails_the_leader_check_while_it_still_thinks_it_leads():
-    # An fsync stalled for seconds holds the tick thread: pysyncobj cannot step
+    # An fsync stalled for seconds holds the node's loop, where it ticks: pysyncobj cannot step
     # the leader down, the others elect a new one. The leader check (what
     # keepalived asks, admin /leader) must fail so the VIP moves.
     with ticked_cluster() as cluster:
         leader = cluster.leader()
         cluster.run_until(lambda: leader.followed_within(leader.leader_fallback), seconds=1, what="followed")
-        cluster.paused.add(leader)  # its tick thread is stuck: it does nothing while time passes
+        cluster.paused.add(leader)  # its ticks are stuck: it does nothing while time passes
         others = [n for n in cluster.nodes if n is not leader]
         cluster.run_until(lambda: any(n._isLeader() for n in others), seconds=3, what="a new leader")
         # Within the leader fallback of its last answered append:
