@@ -91,6 +91,17 @@ def _add_then_kill_the_leader(lab: Lab, fault: dict) -> str:
     return leader
 
 
+def _restart_and_compare(lab: Lab, fault: dict, killed: str) -> dict:
+    """Every scenario's end: the leader it killed started again, then the group compared
+    with the cluster file."""
+    step = _step(fault, "restart the killed leader", killed)
+    lab.start_node(killed)
+    _served_again(lab, fault, step)
+    fault["members"] = lab.node_ids
+    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
+    return fault
+
+
 def replace_node(lab: Lab, rng: random.Random) -> dict:
     leader = lab.wait_stable(RECOVERY_TIMEOUT)
     n = lab.rounds.get("replace-node", 0)
@@ -105,12 +116,7 @@ def replace_node(lab: Lab, rng: random.Random) -> dict:
     step.update(members.remove_member(lab, victim))
     _served_again(lab, fault, step)
     killed = _add_then_kill_the_leader(lab, fault)
-    step = _step(fault, "restart the killed leader", killed)
-    lab.start_node(killed)
-    _served_again(lab, fault, step)
-    fault["members"] = lab.node_ids
-    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
-    return fault
+    return _restart_and_compare(lab, fault, killed)
 
 
 def grow_3_to_5(lab: Lab, rng: random.Random) -> dict:
@@ -122,12 +128,7 @@ def grow_3_to_5(lab: Lab, rng: random.Random) -> dict:
     step = _step(fault, f"add {fifth} ({lab.state.node_address(fifth)}), the old leader down", fifth)
     step.update(members.add_member(lab, fifth))
     _served_again(lab, fault, step)
-    step = _step(fault, "restart the killed leader", killed)
-    lab.start_node(killed)
-    _served_again(lab, fault, step)
-    fault["members"] = lab.node_ids
-    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
-    return fault
+    return _restart_and_compare(lab, fault, killed)
 
 
 def shrink_5_to_3(lab: Lab, rng: random.Random) -> dict:
@@ -144,12 +145,7 @@ def shrink_5_to_3(lab: Lab, rng: random.Random) -> dict:
     step = _step(fault, f"remove {victim}, the killed leader down", victim)
     step.update(members.remove_member(lab, victim))
     _served_again(lab, fault, step, exclude=new)
-    step = _step(fault, "restart the killed leader", new)
-    lab.start_node(new)
-    _served_again(lab, fault, step)
-    fault["members"] = lab.node_ids
-    fault["members_agree"] = members.file_agrees(lab)  # the leader's group and the file
-    return fault
+    return _restart_and_compare(lab, fault, new)
 
 
 def report_lines(faults: list[dict]) -> list[str]:

@@ -15,9 +15,7 @@ moments. The lab is torn down in a finally, also when a check fails.
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 
 import psutil
 import pytest
@@ -27,8 +25,8 @@ from haqueue.lab.report import format_report
 from haqueue.lab.runner import run_chaos
 from haqueue.lab.scenarios import SCENARIOS, SEQUENCES, STORAGE_SCENARIOS
 from haqueue.lab import storage
-from haqueue.lab.lab import NODE_IDS, Lab, wait_for
-from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
+from haqueue.lab.lab import Lab
+from tests.lab.labtools import namespaces_with, running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.slow]
 
@@ -41,25 +39,9 @@ ISSUE_16_STORAGE = ("disk-full-leader", "disk-full-follower", "eio-leader", "kil
 
 @pytest.fixture
 def lab():
-    require_root_tools()
-    directory, prefix = lab_dir()
-    the_lab = Lab(directory, prefix=prefix)
-    try:
-        the_lab.up()
+    with running_lab() as the_lab:
         yield the_lab
-    finally:
-        the_lab.down()
-        shutil.rmtree(directory, ignore_errors=True)
-        assert namespaces_with(prefix) == []
-        assert not any(storage.is_mounted(directory / "data" / n) for n in NODE_IDS)
-        # No loop device still holds an image: not even in the mount namespaces `ip netns
-        # exec` gave the lab's processes (an unmount reaches them: storage.make_shared_mount).
-        assert wait_for(lambda: not loop_devices_under(directory), 10), loop_devices_under(directory)
 
-
-def loop_devices_under(directory) -> list[str]:
-    listed = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in listed if str(directory) in line]
 
 
 def assert_clean(report: dict) -> None:

@@ -10,16 +10,13 @@ down in a finally, also when a check fails.
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from haqueue.lab import storage
 from haqueue.lab.report import format_report
 from haqueue.lab.runner import run_chaos
-from haqueue.lab.lab import Lab, wait_for
-from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
-from tests.lab.test_chaos import SEED, assert_clean, assert_vip_on_the_raft_leader, loop_devices_under
+from tests.lab.labtools import running_lab
+from tests.lab.test_chaos import SEED, assert_clean, assert_vip_on_the_raft_leader
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.slow]
 
@@ -28,18 +25,8 @@ FIVE = ["n1", "n2", "n3", "n4", "n5"]
 
 @pytest.fixture
 def five_lab():
-    require_root_tools()
-    directory, prefix = lab_dir()
-    the_lab = Lab(directory, prefix=prefix, nodes=5)
-    try:
-        the_lab.up()
+    with running_lab(nodes=5) as the_lab:
         yield the_lab
-    finally:
-        the_lab.down()
-        shutil.rmtree(directory, ignore_errors=True)
-        assert namespaces_with(prefix) == []
-        assert not any(storage.is_mounted(directory / "data" / n) for n in FIVE)
-        assert wait_for(lambda: not loop_devices_under(directory), 10), loop_devices_under(directory)
 
 
 @pytest.mark.timeout(300)

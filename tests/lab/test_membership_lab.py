@@ -11,34 +11,21 @@ keepalived configs are rendered again and reloaded after each.
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from haqueue.lab import storage
 from haqueue.lab.report import format_report
 from haqueue.lab.runner import run_chaos
-from haqueue.lab.lab import Lab, wait_for
-from tests.lab.labtools import lab_dir, namespaces_with, require_root_tools
-from tests.lab.test_chaos import SEED, assert_clean, assert_vip_on_the_raft_leader, loop_devices_under
+from tests.lab.labtools import running_lab
+from tests.lab.test_chaos import SEED, assert_clean, assert_vip_on_the_raft_leader
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.slow]
 
 
 @pytest.fixture
 def lab():
-    require_root_tools()
-    directory, prefix = lab_dir()
-    the_lab = Lab(directory, prefix=prefix)
-    try:
-        the_lab.up()
+    with running_lab() as the_lab:
         yield the_lab
-    finally:
-        the_lab.down()
-        shutil.rmtree(directory, ignore_errors=True)
-        assert namespaces_with(prefix) == []
-        assert not any(storage.is_mounted(directory / "data" / f"n{k}") for k in range(1, 10))
-        assert wait_for(lambda: not loop_devices_under(directory), 10), loop_devices_under(directory)
 
 
 @pytest.mark.timeout(400)
