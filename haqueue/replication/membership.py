@@ -99,6 +99,10 @@ class MembershipMixin:
         me = getattr(self, "_SyncObj__selfNode", None)
         return sorted([n.address for n in others] + ([me.address] if me is not None else []))
 
+    def group(self) -> set:
+        """The group as pysyncobj holds it now: its node objects, this node's included."""
+        return set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
+
     def member_info(self) -> dict[str, dict]:
         """{Raft address: {"id", "host", "admin_port", "client_port"}} for the members
         whose addition carried them (module docstring); the others are in the file."""
@@ -174,7 +178,7 @@ class MembershipMixin:
         changes appended after that entry, committed or not; one that is then cut
         would come back from the snapshot at the next start. Undo those here."""
         last_index = raft_data[0][1]
-        group = set(self._SyncObj__otherNodes) | {self._SyncObj__selfNode}
+        group = self.group()
         log = self._SyncObj__raftLog
         for position in range(len(log) - 1, -1, -1):  # from the end: no copy of a long log
             command, idx, _term = log[position]

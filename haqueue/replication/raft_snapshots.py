@@ -186,6 +186,5 @@ def _with_group(raft_data: tuple, node) -> tuple:
     changes on, makes the snapshot's group the node's, and an empty one left each
     restored node a group of one, leading alone (issue 27)."""
     if len(raft_data) > 2 and not raft_data[2]:
-        group = set(node._SyncObj__otherNodes) | {node._SyncObj__selfNode}
-        return (raft_data[0], raft_data[1], group, *raft_data[3:])
+        return (raft_data[0], raft_data[1], node.group(), *raft_data[3:])
     return raft_data
