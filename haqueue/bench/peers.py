@@ -73,9 +73,18 @@ class PeerRun:
     client_cpu: float  # the load process, % of one core over the run
     server_cpu: float  # all the system's server processes, % of one core over the run
 
+    @property
+    def server_us_per_job(self) -> float | None:
+        """The servers' CPU per job (cycle: a put, its reserve and its delete; otherwise a
+        put), in microseconds: issue 24's CPU per replicated command, under this load."""
+        rate = self.result.jobs_per_s
+        return self.server_cpu / 100 / rate * 1e6 if rate else None
+
     def to_json(self) -> dict:
+        us = self.server_us_per_job
         return {"system": self.system, "workload": self.result.workload, "client_cpu_percent": round(self.client_cpu, 1),
-                "server_cpu_percent": round(self.server_cpu, 1), **self.result.to_json()}
+                "server_cpu_percent": round(self.server_cpu, 1),
+                "server_cpu_us_per_job": None if us is None else round(us, 1), **self.result.to_json()}
 
 
 @dataclass
@@ -250,7 +259,9 @@ def _figure(run: PeerRun | None, workload: str, failed: bool) -> str:
         figure = f"{s['p50']:.1f} / {s['p99']:.1f} ms" if s else "no puts"
     else:
         figure = f"{r.jobs_per_s:,.0f}"
-    return f"{figure} (load {run.client_cpu:.0f} %, servers {run.server_cpu:.0f} %)"
+    us = run.server_us_per_job
+    per_job = "" if us is None else f", {us:,.0f} us/job"
+    return f"{figure} (load {run.client_cpu:.0f} %, servers {run.server_cpu:.0f} %{per_job})"
 
 
 def _ratio(a: PeerRun | None, b: PeerRun | None, workload: str) -> str:
@@ -291,7 +302,8 @@ def format_sitting(sitting: Sitting, systems: list[str], headline: str) -> str:
         if i == 0:
             lines.append("-+-".join("-" * w for w in widths))
     lines.append("load = the load process's CPU, servers = all the system's server processes' CPU, "
-                 "each as % of one core over the run; ratio > 1: haqueue ahead (rate / rate; "
+                 "each as % of one core over the run; us/job = the servers' CPU per job (cycle: its put, "
+                 "reserve and delete; otherwise its put); ratio > 1: haqueue ahead (rate / rate; "
                  "open loop: the peer's p99 / haqueue's)")
     for (system, what), message in sitting.errors.items():
         lines.append(f"failed: {sitting.labels[system]}, {'start-up' if what == 'start' else what}: {message}")

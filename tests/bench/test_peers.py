@@ -200,7 +200,7 @@ def test_a_failed_run_is_shown_in_its_cell_and_named_below_the_table():
     sitting.errors[("rabbitmq", "start")] = "RabbitMQ not listening on 127.0.0.1 port(s) 5 after 120 s"
     table = peers.format_sitting(sitting, ["haqueue-f0", "rabbitmq"], "headline").splitlines()
     put = next(line for line in table if line.startswith("put:"))
-    assert [c.strip() for c in put.split("|")][1:] == ["1,000 (load 12 %, servers 90 %)", "failed (below)", ""]
+    assert [c.strip() for c in put.split("|")][1:] == ["1,000 (load 12 %, servers 90 %, 900 us/job)", "failed (below)", ""]
     assert table[-1] == ("failed: RabbitMQ 3.10.8 quorum queue, start-up: "
                          "RabbitMQ not listening on 127.0.0.1 port(s) 5 after 120 s")
 
