@@ -24,7 +24,8 @@ Here the node runs on the loop instead:
   is ready, when a command is submitted (it replaces pysyncobj's pipe
   notification with a `call_soon`), and when the node's next timed work is
   due (`ReplicatedQueue.timer_wait`: a heartbeat, an election deadline,
-  keepalives). It used to tick every 20 ms whatever was due; the timer now
+  keepalives). A tick for messages or a command is light (it skips the
+  periodic checks a full tick made less than 20 ms before); the timer's are full. It used to tick every 20 ms whatever was due; the timer now
   sleeps until the earliest deadline, is set again after every tick, and a
   timer that finds its deadline moved on (a message's tick did the work) only
   sets itself again. When a socket is
@@ -146,7 +147,7 @@ class LoopTicker:
     def _on_timer(self) -> None:
         self._timer = None
         if self.raft.timer_wait() <= TIMER_SLACK:
-            self._tick()  # re-arms the timer as it ends
+            self._tick(light=False)  # timed work is due: a full tick (re-arms the timer as it ends)
         else:
             self._arm()
 
@@ -178,7 +179,10 @@ class LoopTicker:
         if self.running and not self._in_tick:
             self._tick(events_first=True)
 
-    def _tick(self, events_first: bool = False) -> None:
+    def _tick(self, events_first: bool = False, light: bool = True) -> None:
+        # `light`: a tick for messages or commands skips the periodic checks while
+        # a full tick's hold (ReplicatedQueue.tick, docs/pysyncobj.md D41); the
+        # timer's ticks are full.
         self._scheduled = False
         if not self.running:
             return
@@ -186,7 +190,7 @@ class LoopTicker:
         self._in_tick = True
         try:
             for _ in range(MAX_ROUNDS):
-                if not raft.tick_once(events_first=events_first):
+                if not raft.tick_once(events_first=events_first, light=light):
                     raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                     return
                 if not poller.dispatched:

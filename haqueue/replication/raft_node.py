@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 # Seconds between timer ticks while something is polled rather than timed (timer_wait).
 POLLED_PERIOD = 0.02
+# Seconds a full tick's periodic checks hold for the light ticks that follow (D41):
+# under load a node ticks only for messages, and its checks still run this often.
+FULL_PERIOD = 0.02
 
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
@@ -148,6 +151,7 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         self._poller.poll = self._sync_then_poll
         self._ticker: LoopTicker | None = None
         self._destroyed = False
+        self._full_until = 0.0  # a light tick (D41) is full from then on (monotonic())
 
     # ------------------------------------------------------------ lifecycle
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -197,14 +201,15 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             if self.transport is not None:
                 self.transport.flush_acknowledgements()
 
-    def tick_once(self, *, events_first: bool = False) -> bool:
+    def tick_once(self, *, events_first: bool = False, light: bool = False) -> bool:
         """One tick, its failures handled; False once the node must stop ticking.
         `events_first`: hand out the sockets' pending events before the tick's
-        work, which then acts on them (the loop asks when a socket is ready)."""
+        work, which then acts on them (the loop asks when a socket is ready).
+        `light`: for messages or commands, not timed work (`tick`)."""
         try:
             if events_first:
                 self._poller.poll(0)
-            self.tick(0)
+            self.tick(0, light=light)
         except JournalError as exc:
             # D11: a node that cannot write its journal must not say
             # another word to its peers (no heartbeat, no acknowledgement):
@@ -224,11 +229,18 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             log.exception("raft shutdown failed")
         self.epoll_poller.close()
 
-    def tick(self, timeout: float) -> None:
+    def tick(self, timeout: float, *, light: bool = False) -> None:
         """One pysyncobj tick (waiting up to `timeout` for its sockets), then this
         node's own periodic work: keepalives, the majority watch, the fsync
         policy, the snapshot trigger. The loop's ticker calls it (on_loop.py); a
-        test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        test may instead tick nodes it never started, by hand (tests/support/ticked.py).
+
+        `light`: the tick is for messages or a submitted command, not for timed
+        work; unless a full tick is FULL_PERIOD old, it does only what messages and
+        commands need (`_light_tick`, D41)."""
+        if light and monotonic() < self._full_until and self._light_tick():
+            return
+        self._full_until = monotonic() + FULL_PERIOD
         self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
         self.drive_hand_off()  # a hand-off under way: done once a follower caught up (membership.py)
@@ -253,6 +265,70 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
                 raise JournalError(journal.failed)
         if self.snapshots.due():
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
+
+    def _light_tick(self) -> bool:
+        """The part of a tick that messages and commands need (D41); False (nothing
+        done) when only a full tick will do.
+
+        pysyncobj's `_onTick` walks every periodic check on every tick: the
+        transport's connection attempts, its one-second timer, the election
+        deadline, the leader fallback, the log compaction check, and then this
+        node's own (keepalives, the majority and lease watches, the fsync policy,
+        the snapshot trigger). A leader ticks two or three times per entry (the
+        submit, each follower's acknowledgement), a follower once, and those checks
+        were a third of an empty tick's cost. None of them is due sooner than
+        FULL_PERIOD after the last full tick except through the timer, whose ticks
+        are full (timer_wait names every deadline; on_loop.py). What a message or
+        a command needs is done as pysyncobj's tick does it, in its order: the
+        leader's commit index (`_advance_commit`), applying, a heartbeat if one is
+        due, the queued commands (each sends its append), the sockets' events
+        (the follower's acknowledgements go out as the poll ends)."""
+        if (not self._SyncObj__transport.ready or self._SyncObj__needLoadDumpFile
+                or self.fatal_error is not None):
+            return False
+        if self._SyncObj__raftState == LEADER:
+            self._advance_commit()
+        self._SyncObj__applyLogEntries()
+        if self._SyncObj__raftState == LEADER and monotonic() > self._SyncObj__newAppendEntriesTime:
+            self._SyncObj__sendAppendEntries()
+        self._checkCommandsToApply()
+        self._poller.poll(0)
+        if self._transfer is not None:
+            self.drive_hand_off()
+        self.ticked_at = time.monotonic()
+        self.observations.note_commit(self._SyncObj__raftCommitIndex, self.ticked_at)
+        journal = self.journal
+        if journal is not None and journal.failed is not None:
+            raise JournalError(journal.failed)
+        return True
+
+    def _advance_commit(self) -> None:
+        """The leader's commit index, as pysyncobj's tick computes it (D41): the
+        highest index a majority holds, if its entry is of the current term (an
+        earlier term's entry commits only under one of this term, Raft 5.4.2).
+        pysyncobj walks up from the commit index one entry at a time, counting the
+        followers at each; terms never decrease along a log, and this leader's log
+        holds no term above its own, so the index a majority holds is the one to check."""
+        log = self._SyncObj__raftLog
+        last = log[-1][1]
+        commit = self._SyncObj__raftCommitIndex
+        if commit < last:
+            matches = self._SyncObj__raftMatchIndex
+            others = self._SyncObj__otherNodes
+            # With this node (it holds `last`), a majority of len(others) + 1 needs
+            # (len(others) + 1) // 2 followers: the index the slowest of them holds.
+            needed = (len(others) + 1) // 2
+            if needed:
+                held = sorted([matches[node] for node in others], reverse=True)[needed - 1]
+                held = min(held, last)
+            else:
+                held = last
+            if held > commit:
+                first = log[0][1]
+                if held >= first and log[held - first][2] == self._SyncObj__raftCurrentTerm:
+                    self._SyncObj__raftCommitIndex = held
+                    log.setRaftCommitIndex(held)
+        self._SyncObj__leaderCommitIndex = self._SyncObj__raftCommitIndex
 
     def timer_wait(self) -> float:
         """Seconds until this node next has timed work, if no message arrives and
