@@ -2,7 +2,8 @@
 
 This is the only module that subclasses pysyncobj's SyncObj (transport.py
 subclasses its TCPTransport). What they change, and why, is the numbered list
-in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's);
+in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's,
+D40 membership.py's, D41 and D42 hot_path.py's);
 comments here cite those numbers. The election and lease decisions are
 prevote.py's and lease.py's (pure); this module and transport.py read
 pysyncobj's state into them.
@@ -29,6 +30,7 @@ from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import applying
 from haqueue.replication.member_dir import is_member_dir, mark_member
+from haqueue.replication.hot_path import HotPathMixin
 from haqueue.replication.membership import MembershipMixin
 from haqueue.replication import transport as links
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
@@ -53,7 +55,7 @@ FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 
 
-class ReplicatedQueue(MembershipMixin, SyncObj):
+class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
     def __init__(
         self,
         settings: ReplicationSettings,
@@ -236,8 +238,8 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         test may instead tick nodes it never started, by hand (tests/support/ticked.py).
 
         `light`: the tick is for messages or a submitted command, not for timed
-        work; unless a full tick is FULL_PERIOD old, it does only what messages and
-        commands need (`_light_tick`, D41)."""
+        work; unless the last full tick is FULL_PERIOD old, it does only what
+        messages and commands need (`_light_tick`, D41)."""
         if light and monotonic() < self._full_until and self._light_tick():
             return
         self._full_until = monotonic() + FULL_PERIOD
@@ -267,32 +269,12 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
 
     def _light_tick(self) -> bool:
-        """The part of a tick that messages and commands need (D41); False (nothing
-        done) when only a full tick will do.
-
-        pysyncobj's `_onTick` walks every periodic check on every tick: the
-        transport's connection attempts, its one-second timer, the election
-        deadline, the leader fallback, the log compaction check, and then this
-        node's own (keepalives, the majority and lease watches, the fsync policy,
-        the snapshot trigger). A leader ticks two or three times per entry (the
-        submit, each follower's acknowledgement), a follower once, and those checks
-        were a third of an empty tick's cost. None of them is due sooner than
-        FULL_PERIOD after the last full tick except through the timer, whose ticks
-        are full (timer_wait names every deadline; on_loop.py). What a message or
-        a command needs is done as pysyncobj's tick does it, in its order: the
-        leader's commit index (`_advance_commit`), applying, a heartbeat if one is
-        due, the queued commands (each sends its append), the sockets' events
-        (the follower's acknowledgements go out as the poll ends)."""
-        if (not self._SyncObj__transport.ready or self._SyncObj__needLoadDumpFile
-                or self.fatal_error is not None):
+        """A tick for messages or commands (D41): pysyncobj's part is hot_path.py's
+        `light_tick`; of this node's own work, only what an entry needs now (the
+        server's tick time, the commit time, a hand-off under way, a failed journal).
+        False (nothing done) when only a full tick will do."""
+        if self.fatal_error is not None or not self.light_tick():
             return False
-        if self._SyncObj__raftState == LEADER:
-            self._advance_commit()
-        self._SyncObj__applyLogEntries()
-        if self._SyncObj__raftState == LEADER and monotonic() > self._SyncObj__newAppendEntriesTime:
-            self._SyncObj__sendAppendEntries()
-        self._checkCommandsToApply()
-        self._poller.poll(0)
         if self._transfer is not None:
             self.drive_hand_off()
         self.ticked_at = time.monotonic()
@@ -301,34 +283,6 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         if journal is not None and journal.failed is not None:
             raise JournalError(journal.failed)
         return True
-
-    def _advance_commit(self) -> None:
-        """The leader's commit index, as pysyncobj's tick computes it (D41): the
-        highest index a majority holds, if its entry is of the current term (an
-        earlier term's entry commits only under one of this term, Raft 5.4.2).
-        pysyncobj walks up from the commit index one entry at a time, counting the
-        followers at each; terms never decrease along a log, and this leader's log
-        holds no term above its own, so the index a majority holds is the one to check."""
-        log = self._SyncObj__raftLog
-        last = log[-1][1]
-        commit = self._SyncObj__raftCommitIndex
-        if commit < last:
-            matches = self._SyncObj__raftMatchIndex
-            others = self._SyncObj__otherNodes
-            # With this node (it holds `last`), a majority of len(others) + 1 needs
-            # (len(others) + 1) // 2 followers: the index the slowest of them holds.
-            needed = (len(others) + 1) // 2
-            if needed:
-                held = sorted([matches[node] for node in others], reverse=True)[needed - 1]
-                held = min(held, last)
-            else:
-                held = last
-            if held > commit:
-                first = log[0][1]
-                if held >= first and log[held - first][2] == self._SyncObj__raftCurrentTerm:
-                    self._SyncObj__raftCommitIndex = held
-                    log.setRaftCommitIndex(held)
-        self._SyncObj__leaderCommitIndex = self._SyncObj__raftCommitIndex
 
     def timer_wait(self) -> float:
         """Seconds until this node next has timed work, if no message arrives and

@@ -70,7 +70,8 @@ class TickedCluster:
         self.paused: set[ReplicatedQueue] = set()  # not ticked: their loop is stuck
         self.rounds = 0  # rounds run so far
         # Tick as the loop does for messages (ReplicatedQueue.tick's light ticks, which
-        # do the periodic checks once a full tick is FULL_PERIOD old), not always fully.
+        # do the periodic checks once the last full tick is FULL_PERIOD old), not always
+        # fully. HAQUEUE_TICKED_LIGHT=1 runs every ticked test that way.
         self.light = os.environ.get("HAQUEUE_TICKED_LIGHT") == "1"
 
     def rounds_in(self, seconds: float) -> int:
