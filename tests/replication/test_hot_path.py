@@ -171,3 +171,12 @@ def test_the_lean_append_sends_what_pysyncobj_would(behind):
         assert lean == theirs
         assert after_lean == dict(next_index)
         assert [len(message["entries"]) for _, message in lean] == [behind, 0]
+
+
+def test_a_timer_left_after_a_light_tick_fires_no_later_than_the_node_polls():
+    # on_loop leaves a timer due within ARMED_SOON after a light tick because whatever a
+    # light tick changes is polled at POLLED_PERIOD or later (on_loop.py): keep it so.
+    from haqueue.replication.on_loop import ARMED_SOON
+    from haqueue.replication.raft_node import POLLED_PERIOD
+
+    assert ARMED_SOON <= POLLED_PERIOD
