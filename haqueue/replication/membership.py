@@ -167,6 +167,14 @@ class MembershipMixin:
         return super()._SyncObj__doApplyCommand(command)
 
     def _SyncObj__updateClusterConfiguration(self, newNodes):
+        # D40: a loaded snapshot names the group with node objects of its own
+        # (unpickled). pysyncobj keeps them as its members while its transport and
+        # its match and next indexes stay keyed by the objects they had: equal, not
+        # identical, so every lookup of one by the other fell through Python's
+        # identity check to Node.__eq__ (28 calls per put on a leader). The members
+        # it has already keep their objects, with what the snapshot's carry (an
+        # added member's haqueue_member) copied onto them.
+        newNodes = [_same_object(node, self._SyncObj__otherNodes) for node in newNodes]
         super()._SyncObj__updateClusterConfiguration(newNodes)
         # A snapshot was loaded: its group, then the changes logged after it.
         self.adopt_logged_changes(after=self._SyncObj__raftLastApplied)
@@ -354,3 +362,17 @@ def _request_of(command: bytes):
     if not command or command[0] != MEMBERSHIP_TYPE:
         return None
     return pickle.loads(command[1:])
+
+
+def _same_object(node, members):
+    """`node` (a Node, or a node's id) as the member object this node already holds, if
+    any (D40): what the given one carries beyond its id is copied onto that object."""
+    node_id = getattr(node, "_id", node)
+    for member in members:
+        if member._id == node_id:
+            if member is not node and hasattr(node, "_id"):
+                for name, value in vars(node).items():
+                    if name != "_id":
+                        setattr(member, name, value)
+            return member
+    return node

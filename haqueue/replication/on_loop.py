@@ -24,7 +24,8 @@ Here the node runs on the loop instead:
   is ready, when a command is submitted (it replaces pysyncobj's pipe
   notification with a `call_soon`), and when the node's next timed work is
   due (`ReplicatedQueue.timer_wait`: a heartbeat, an election deadline,
-  keepalives). It used to tick every 20 ms whatever was due; the timer now
+  keepalives). A tick for messages or a command is light (it skips the
+  periodic checks a full tick made less than 20 ms before); the timer's are full. It used to tick every 20 ms whatever was due; the timer now
   sleeps until the earliest deadline, is set again after every tick, and a
   timer that finds its deadline moved on (a message's tick did the work) only
   sets itself again. When a socket is
@@ -50,6 +51,14 @@ TIMER_SLACK = 0.001  # seconds: a deadline this close is due now (the loop's own
 # load would cost more than the wake-ups it saves.
 REARM_LATER = 0.02
 MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other callbacks run
+# After a light tick, a timer set to fire within this long is left as it is, without asking
+# the node when its next work is due (timer_wait, a tenth of a light tick's cost). A light
+# tick never brings that time closer than this (raft_node's POLLED_PERIOD): what it can
+# change either moves later (a heartbeat sent, an append heard) or is polled at that
+# period (a link lost, a journal left to sync, a leader deposed, a hand-off's timeout_now),
+# and becoming leader makes a heartbeat due a heartbeat later. A timer that fires early
+# only sets itself again.
+ARMED_SOON = 0.02
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
 # module stays free of pysyncobj imports, like everything but the patches and raft_node.
@@ -146,13 +155,16 @@ class LoopTicker:
     def _on_timer(self) -> None:
         self._timer = None
         if self.raft.timer_wait() <= TIMER_SLACK:
-            self._tick()  # re-arms the timer as it ends
+            self._tick(light=False)  # timed work is due: a full tick (re-arms the timer as it ends)
         else:
             self._arm()
 
-    def _arm(self) -> None:
-        """Set the timer for the node's next timed work, unless it is set sooner already."""
+    def _arm(self, light: bool = False) -> None:
+        """Set the timer for the node's next timed work, unless it is set sooner already
+        (after a `light` tick: unless it fires within ARMED_SOON)."""
         if not (self.running and self._timed):
+            return
+        if light and self._timer is not None and self._timer_at <= self.loop.time() + ARMED_SOON:
             return
         when = self.loop.time() + self.raft.timer_wait()
         timer = self._timer
@@ -178,7 +190,10 @@ class LoopTicker:
         if self.running and not self._in_tick:
             self._tick(events_first=True)
 
-    def _tick(self, events_first: bool = False) -> None:
+    def _tick(self, events_first: bool = False, light: bool = True) -> None:
+        # `light`: a tick for messages or commands skips the periodic checks while
+        # a full tick's hold (ReplicatedQueue.tick, docs/pysyncobj.md D41); the
+        # timer's ticks are full.
         self._scheduled = False
         if not self.running:
             return
@@ -186,14 +201,14 @@ class LoopTicker:
         self._in_tick = True
         try:
             for _ in range(MAX_ROUNDS):
-                if not raft.tick_once(events_first=events_first):
+                if not raft.tick_once(events_first=events_first, light=light):
                     raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                     return
                 if not poller.dispatched:
-                    self._arm()
+                    self._arm(light)
                     return
                 events_first = False  # the tick's own poll has just handed them out
         finally:
             self._in_tick = False
-        self._arm()
+        self._arm(light)
         self.notify()  # still busy: let the loop's other callbacks run first

@@ -23,7 +23,8 @@ What is installed (docs/pysyncobj.md D18-D23 and D25 are these, in this order):
    (time.monotonic), so every deadline compares readings of one clock. A test replaces
    its source (`use_clock`) to run a cluster in virtual time, ticked by hand
    (tests/support/ticked.py).
-5. `Node.__hash__` reads the node's id directly (it went through a property).
+5. `Node.__hash__`, `__eq__` and `__ne__` read the node's id directly (they went
+   through a property), and `__eq__` answers an identical node at once.
 6. `createPoller`: every node polls its sockets through on_loop.EpollPoller,
    whose one descriptor the server's event loop watches, so that the node
    ticks on the loop (on_loop.py) rather than in a thread of its own.
@@ -107,6 +108,18 @@ def _node_hash(node) -> int:
     return hash(node._id)
 
 
+def _node_eq(node, other) -> bool:
+    # pysyncobj's compares through the `id` property, both sides. A dict finds an
+    # identical key without calling it; equal-but-distinct nodes still meet (a node
+    # named by an id in a membership request, a group read back from a snapshot).
+    return node is other or (isinstance(other, _Node) and node._id == other._id)
+
+
+def _node_ne(node, other) -> bool:
+    # pysyncobj's goes through __eq__ (for Python 2): a second call per `!=`.
+    return node is not other and not (isinstance(other, _Node) and node._id == other._id)
+
+
 def _durable_replace(source: str, target: str) -> bool:
     """pysyncobj's atomicReplace (os.rename on Linux), made durable (D25)."""
     import os
@@ -126,6 +139,7 @@ def _durable_replace(source: str, target: str) -> bool:
 
 
 _installed = False
+_Node = None  # pysyncobj.node.Node, once installed
 
 
 def install() -> None:
@@ -160,7 +174,11 @@ def install() -> None:
     _point_clock(_clock)
     import pysyncobj.node
 
-    pysyncobj.node.Node.__hash__ = _node_hash
+    global _Node
+    _Node = pysyncobj.node.Node
+    _Node.__hash__ = _node_hash
+    _Node.__eq__ = _node_eq
+    _Node.__ne__ = _node_ne
     wire.install(_syncobj_module, pysyncobj.tcp_connection)
     import pysyncobj.serializer
 

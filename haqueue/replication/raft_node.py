@@ -2,7 +2,8 @@
 
 This is the only module that subclasses pysyncobj's SyncObj (transport.py
 subclasses its TCPTransport). What they change, and why, is the numbered list
-in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's);
+in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's,
+D40 membership.py's, D41 and D42 hot_path.py's);
 comments here cite those numbers. The election and lease decisions are
 prevote.py's and lease.py's (pure); this module and transport.py read
 pysyncobj's state into them.
@@ -29,6 +30,7 @@ from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import applying
 from haqueue.replication.member_dir import is_member_dir, mark_member
+from haqueue.replication.hot_path import HotPathMixin
 from haqueue.replication.membership import MembershipMixin
 from haqueue.replication import transport as links
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
@@ -44,13 +46,16 @@ log = logging.getLogger(__name__)
 
 # Seconds between timer ticks while something is polled rather than timed (timer_wait).
 POLLED_PERIOD = 0.02
+# Seconds a full tick's periodic checks hold for the light ticks that follow (D41):
+# under load a node ticks only for messages, and its checks still run this often.
+FULL_PERIOD = 0.02
 
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 
 
-class ReplicatedQueue(MembershipMixin, SyncObj):
+class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
     def __init__(
         self,
         settings: ReplicationSettings,
@@ -148,6 +153,7 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         self._poller.poll = self._sync_then_poll
         self._ticker: LoopTicker | None = None
         self._destroyed = False
+        self._full_until = 0.0  # a light tick (D41) is full from then on (monotonic())
 
     # ------------------------------------------------------------ lifecycle
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -197,14 +203,15 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             if self.transport is not None:
                 self.transport.flush_acknowledgements()
 
-    def tick_once(self, *, events_first: bool = False) -> bool:
+    def tick_once(self, *, events_first: bool = False, light: bool = False) -> bool:
         """One tick, its failures handled; False once the node must stop ticking.
         `events_first`: hand out the sockets' pending events before the tick's
-        work, which then acts on them (the loop asks when a socket is ready)."""
+        work, which then acts on them (the loop asks when a socket is ready).
+        `light`: for messages or commands, not timed work (`tick`)."""
         try:
             if events_first:
                 self._poller.poll(0)
-            self.tick(0)
+            self.tick(0, light=light)
         except JournalError as exc:
             # D11: a node that cannot write its journal must not say
             # another word to its peers (no heartbeat, no acknowledgement):
@@ -224,11 +231,18 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
             log.exception("raft shutdown failed")
         self.epoll_poller.close()
 
-    def tick(self, timeout: float) -> None:
+    def tick(self, timeout: float, *, light: bool = False) -> None:
         """One pysyncobj tick (waiting up to `timeout` for its sockets), then this
         node's own periodic work: keepalives, the majority watch, the fsync
         policy, the snapshot trigger. The loop's ticker calls it (on_loop.py); a
-        test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
+        test may instead tick nodes it never started, by hand (tests/support/ticked.py).
+
+        `light`: the tick is for messages or a submitted command, not for timed
+        work; unless the last full tick is FULL_PERIOD old, it does only what
+        messages and commands need (`_light_tick`, D41)."""
+        if light and monotonic() < self._full_until and self._light_tick():
+            return
+        self._full_until = monotonic() + FULL_PERIOD
         self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
         self.drive_hand_off()  # a hand-off under way: done once a follower caught up (membership.py)
@@ -253,6 +267,22 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
                 raise JournalError(journal.failed)
         if self.snapshots.due():
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
+
+    def _light_tick(self) -> bool:
+        """A tick for messages or commands (D41): pysyncobj's part is hot_path.py's
+        `light_tick`; of this node's own work, only what an entry needs now (the
+        server's tick time, the commit time, a hand-off under way, a failed journal).
+        False (nothing done) when only a full tick will do."""
+        if self.fatal_error is not None or not self.light_tick():
+            return False
+        if self._transfer is not None:
+            self.drive_hand_off()
+        self.ticked_at = time.monotonic()
+        self.observations.note_commit(self._SyncObj__raftCommitIndex, self.ticked_at)
+        journal = self.journal
+        if journal is not None and journal.failed is not None:
+            raise JournalError(journal.failed)
+        return True
 
     def timer_wait(self) -> float:
         """Seconds until this node next has timed work, if no message arrives and

@@ -301,3 +301,22 @@ def test_an_addition_with_addresses_is_still_the_entry_pysyncobj_and_older_haque
     # Only pysyncobj's own class and plain data: nothing an older haqueue could not unpickle.
     names = [arg for op, arg, _ in pickletools.genops(command[1:]) if op.name in ("SHORT_BINUNICODE", "BINUNICODE")]
     assert "pysyncobj.node" in names and "TCPNode" in names and not any("haqueue." in str(n) for n in names)
+
+
+def test_a_received_snapshot_leaves_the_members_the_same_objects_as_the_transports():
+    # D40: pysyncobj took the snapshot's unpickled nodes as its members while its
+    # transport stayed keyed by the ones it had: equal, not identical, and every
+    # lookup between them went through Node.__eq__.
+    from tests.replication.test_snapshot_writer import LIMIT, _fill
+
+    with ticked_cluster(journal_limit=LIMIT) as cluster:
+        leader = cluster.leader()
+        _fill(cluster, 4)
+        cluster.until_snapshots(leader, 1)
+        wiped = cluster.restart(cluster.followers()[0])  # empty: it needs the leader's snapshot
+        cluster.run_until(lambda: wiped.raftLastApplied >= leader.raftCommitIndex and not wiped.snapshots.loading,
+                          seconds=5, what="the snapshot received and applied")
+        transport_nodes = {node.id: node for node in wiped.transport._nodes}
+        members = wiped._SyncObj__otherNodes
+        assert {node.id for node in members} == set(transport_nodes)
+        assert all(transport_nodes[node.id] is node for node in members)

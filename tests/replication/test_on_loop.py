@@ -22,7 +22,7 @@ from haqueue.core.commands import encode_batch
 from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
 from haqueue.config.fsync_policy import NEVER
 from haqueue.config.replication import ReplicationSettings
-from haqueue.replication.on_loop import EpollPoller, LoopTicker
+from haqueue.replication.on_loop import ARMED_SOON, EpollPoller, LoopTicker
 from haqueue.replication.raft_node import ReplicatedQueue
 from tests.support.ticked import free_ports
 
@@ -153,6 +153,32 @@ def test_a_due_timer_is_set_again_later_on_uvloop_whose_call_at_returns_a_plain_
         raft.wait = 0.3  # that tick moved the deadline on
         ticker._arm()
         assert ticker._timer_at >= loop.time() + 0.29
+    finally:
+        ticker.stop()
+        loop.close()
+        raft.epoll_poller.close()
+
+
+def test_after_a_light_tick_a_timer_due_soon_is_left_and_a_later_one_is_set_again():
+    # A light tick cannot bring the node's next work closer than ARMED_SOON (on_loop.py):
+    # a timer that fires within that long stays as it is, without asking the node;
+    # one set later is set again for the node's (closer) deadline.
+    loop = uvloop.new_event_loop()
+    raft = _IdleRaft(wait=ARMED_SOON / 2)
+    ticker = LoopTicker(raft, loop)
+    try:
+        ticker.start()
+        ticker._arm()
+        armed_at = ticker._timer_at
+        raft.wait = 0.0  # a full tick's question would set it for now
+        ticker._arm(light=True)
+        assert ticker._timer_at == armed_at
+        raft.wait = 0.5
+        ticker._arm()  # a full tick moved the deadline far on
+        assert ticker._timer_at >= loop.time() + 0.49
+        raft.wait = 0.05
+        ticker._arm(light=True)  # not due soon: the node is asked, its deadline is closer
+        assert ticker._timer_at <= loop.time() + 0.051
     finally:
         ticker.stop()
         loop.close()

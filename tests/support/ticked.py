@@ -69,6 +69,10 @@ class TickedCluster:
         self.step = step
         self.paused: set[ReplicatedQueue] = set()  # not ticked: their loop is stuck
         self.rounds = 0  # rounds run so far
+        # Tick as the loop does for messages (ReplicatedQueue.tick's light ticks, which
+        # do the periodic checks once the last full tick is FULL_PERIOD old), not always
+        # fully. HAQUEUE_TICKED_LIGHT=1 runs every ticked test that way.
+        self.light = os.environ.get("HAQUEUE_TICKED_LIGHT") == "1"
 
     def rounds_in(self, seconds: float) -> int:
         return max(1, math.ceil(seconds / self.step - 1e-9))
@@ -79,7 +83,7 @@ class TickedCluster:
         self.rounds += 1
         for node in self.nodes:
             if node not in self.paused:
-                node.tick(0)
+                node.tick(0, light=self.light)
 
     def run(self, *, seconds: float) -> None:
         """Let `seconds` of virtual time pass, ticking all the while."""
