@@ -27,7 +27,7 @@ from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE  # noqa: E402
 
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
-from haqueue.replication import append_window, applying
+from haqueue.replication import applying
 from haqueue.replication.member_dir import is_member_dir, mark_member
 from haqueue.replication.membership import MembershipMixin
 from haqueue.replication import transport as links
@@ -101,8 +101,6 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         self.campaign = Campaign(retry=timing.heartbeat)  # pre-vote rounds (prevote.py, D9)
         self.stepdown_reason: str | None = None  # why the next step-down happens, when a handler knows
         self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
-        self.append_window = append_window.AppendWindow(timing.heartbeat)  # D31
-        self._send_all_appends = SyncObj._SyncObj__sendAppendEntries.__get__(self)
         conf = SyncObjConf(
             autoTick=False,
             appendEntriesUseBatch=False,  # True makes every commit wait for a heartbeat
@@ -178,10 +176,6 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         if self._SyncObj__commandsQueue._FastQueue__queue:
             SyncObj._checkCommandsToApply(self)
 
-    def _SyncObj__sendAppendEntries(self):
-        # D31: one append carrying entries in flight per follower (append_window.py).
-        append_window.send_appends(self, self.append_window, self._send_all_appends, monotonic())
-
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
         # Nothing is applied while a received snapshot's state is built (raft_snapshots.py).
@@ -237,8 +231,6 @@ class ReplicatedQueue(MembershipMixin, SyncObj):
         test may instead tick nodes it never started, by hand (tests/support/ticked.py)."""
         self.snapshots.poll_build()  # a received snapshot's state, once built
         self.doTick(timeout)
-        if self.append_window._held:  # D31: entries held for a follower that has answered since
-            append_window.release(self, self.append_window, self._send_all_appends, monotonic())
         self.drive_hand_off()  # a hand-off under way: done once a follower caught up (membership.py)
         self.ticked_at = time.monotonic()  # the server's clock (server/turns.py), not Raft's
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
