@@ -9,7 +9,10 @@ from pathlib import Path
 
 import click
 
+from haqueue import admin_client
 from haqueue.cli.user_errors import HaqueueError
+
+LEADER_ASK_S = 1.0  # how often the leader is asked whether it still leads
 
 
 @click.command()
@@ -53,23 +56,35 @@ def up(workdir, nodes, port, fsync_ms, run_for) -> None:
         click.echo(f"try a failover: kill -9 {cluster.nodes[leader.id].process.pid} "
                    f"(the cluster serves while {majority} of its {len(spec.nodes)} nodes run)")
         click.echo(f"status: haqueue cluster status --config {cluster.config_path}")
-        current = leader.id
-        started = time.monotonic()
+        current, named = leader, leader.id  # who leads, if known; who was named last
+        started = asked = time.monotonic()
         while not stop["now"]:
             if run_for is not None and time.monotonic() - started >= run_for:
                 break
             time.sleep(0.2)
+            exited = False
             for member in spec.nodes:
                 node = cluster.nodes[member.id]
                 if node.process.poll() is not None and getattr(node, "_reported", None) != node.process.pid:
                     node._reported = node.process.pid
+                    exited = True
                     click.echo(f"{member.id} exited (status {node.process.returncode}); "
                                f"restart it with: haqueue serve --config {cluster.config_path} "
                                f"--node {member.id} -b {base / member.id}")
+            # Followed without waking the nodes for nothing: the leader alone is asked,
+            # once a second (an idle node's CPU is its wake-ups, docs/benchmarks.md);
+            # every node only once it is gone or no longer says it leads.
+            if not exited and current is not None and time.monotonic() - asked < LEADER_ASK_S:
+                continue
+            asked = time.monotonic()
+            if (current is not None and not exited and cluster.alive(current.id)
+                    and admin_client.is_leader(current.address, current.admin_port, 0.3)):
+                continue
             now_leader = cluster.leader(timeout=0.5)
-            if now_leader is not None and now_leader.id != current:
+            if now_leader is not None and now_leader.id != named:
                 click.echo(f"leader: {now_leader.id} — clients now connect to {now_leader.client_endpoint}")
-                current = now_leader.id
+                named = now_leader.id
+            current = now_leader
     finally:
         click.echo("stopping the cluster")
         cluster.stop()

@@ -290,13 +290,17 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         instead of ticking every 20 ms whatever was due.
 
         A leader's heartbeat, a follower's election deadline, keepalives; never later
-        than a heartbeat from now (the leader fallback, the lease watch and link
-        timeouts are checked as ticks pass). While something is polled rather than
-        timed (a link being (re)connected, a campaign, a snapshot writer, the periodic
-        fsync policy's owed sync) the old short period applies."""
+        than a heartbeat and its slack from now (the leader fallback, the lease watch
+        and link timeouts are checked as ticks pass). While something is polled rather
+        than timed (a link being (re)connected, a campaign, a snapshot writer, the
+        periodic fsync policy's owed sync) the old short period applies."""
         now = monotonic()
         # The keepalives' own time a little late: a tick that comes anyway sends them early.
-        due = min(self._next_keepalive + self._keepalive_slack / 2, now + self._heartbeat)
+        # The cap is as late: capped at a heartbeat from the tick a heartbeat brought, a
+        # follower's timer fired just as the next heartbeat was due, and when it won the
+        # race it found nothing due, 4-5 wake-ups a second for nothing (docs/benchmarks.md).
+        due = min(self._next_keepalive + self._keepalive_slack / 2,
+                  now + self._heartbeat + self._keepalive_slack / 2)
         if self._isLeader():
             due = min(due, self._SyncObj__newAppendEntriesTime)
         else:

@@ -172,8 +172,7 @@ class QueueServer:
         raise_fd_limit(self.limits)
         if self.options.tls is not None:
             self._tls_context = self.options.tls.server_context()
-        self.memory = MemoryGauge(loop, self.limits.max_memory)
-        self.memory.start()
+        self.memory = MemoryGauge(self.limits.max_memory)
         options = self.options
         self.replica = open_replica(
             # An entry holds up to MAX_BATCH_BYTES of bodies, or one body
@@ -251,8 +250,6 @@ class QueueServer:
     async def _shutdown(self) -> None:
         if self.collector is not None:
             self.collector.stop()
-        if self.memory is not None:
-            self.memory.stop()
         if self.disk is not None:
             self.disk.stop()
         self._step_down(graceful=True)
@@ -467,7 +464,7 @@ class QueueServer:
             ("max-tubes", limits.max_tubes),
             ("max-watched-tubes", limits.max_watched_tubes),
             ("max-memory", limits.max_memory),
-            ("memory-rss", self.memory.rss if self.memory is not None else 0),
+            ("memory-rss", self.memory.resident() if self.memory is not None else 0),
             ("out-of-memory-replies", counters.out_of_memory_replies),
             ("output-limit-closes", counters.output_limit_closes),
             ("turns-yielded-to-raft", self.turns.deferred),

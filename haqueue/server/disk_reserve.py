@@ -29,14 +29,20 @@ shares the file system): by default 1/16 of the file system, at most 64 MiB;
 `--disk-reserve SIZE` or the cluster file's [limits] disk_reserve sets it, and
 "off" turns the reserve off.
 
-Sampling. statvfs of the data directory and the two file sizes are read every
+Sampling. statvfs of the data directory and the two file sizes are read when
+a request asks (or /metrics is scraped) and the last reading is older than
 POLL_SECONDS, not per command; in between, each admitted put counts its bytes
 (plus PUT_OVERHEAD) against the free space read last, as limits.MemoryGauge
 does for memory, so a burst cannot run far past the line before the next
-reading. Once below, puts stay refused until the free space is back above the
-reserve by RESUME_MARGIN (1/16 of the reserve, at least 1 MiB), so a node at the
-line does not flap. `observe` takes every input as an argument and decides
-(the clock and the file system are read only by `_poll`): tests drive it
+reading. What fills the disks is the work a leader admits, and it is decided
+on a reading at most POLL_SECONDS old, as when a timer read the disk every
+POLL_SECONDS; the timer now reads it every IDLE_POLL_SECONDS only, so that the
+crossing events follow the disk on a node nobody asks, without waking an idle
+node four times a second (a tenth of an idle follower's wake-ups,
+docs/benchmarks.md). Once below, puts stay refused until the free space is
+back above the reserve by RESUME_MARGIN (1/16 of the reserve, at least 1 MiB),
+so a node at the line does not flap. `observe` takes every input as an argument and decides
+(the file system is read only by `read`, the clock is given): tests drive it
 directly. Crossing the line either way is an event (haqueue/events.py);
 /metrics shows the reserve, the free space and whether puts are refused.
 """
@@ -45,12 +51,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Callable
 
 from haqueue import events
 from haqueue.config.limits import RESERVE_OFF
 
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.25  # the oldest reading a request is decided on
+IDLE_POLL_SECONDS = 5.0  # the timer's reading, for the events and /metrics of a node nobody asks
 DEFAULT_FLOOR_MAX = 64 << 20
 DEFAULT_FLOOR_SHARE = 16  # the default floor: 1/16 of the file system, at most DEFAULT_FLOOR_MAX
 RESUME_MIN = 1 << 20
@@ -82,8 +90,9 @@ class DiskReserve:
     or with the reserve off, always admits."""
 
     def __init__(self, loop, data_dir: str | None, floor: int | None, journal_limit: int | None,
-                 sizes: Callable[[], tuple[int, int]]) -> None:
+                 sizes: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
+        self.clock = clock
         self.data_dir = data_dir
         self.floor_setting = floor  # None: the default; OFF: no reserve
         self.journal_limit = journal_limit
@@ -94,6 +103,7 @@ class DiskReserve:
         self.pending = 0  # bytes admitted since the last reading
         self.below = False  # puts are refused
         self.refused = 0  # requests refused because of the reserve
+        self.read_at = float("-inf")  # when the last reading was taken (clock())
         self._handle = None
 
     # ---------------------------------------------------------------- the decision
@@ -101,6 +111,7 @@ class DiskReserve:
         """A new reading; True while new work is refused."""
         floor = default_floor(filesystem_bytes) if self.floor_setting is None else self.floor_setting
         self.free = free
+        self.read_at = self.clock()
         self.reserve = reserve_bytes(floor, self.journal_limit, snapshot_bytes, journal_bytes)
         self.pending = 0
         if self.below:
@@ -113,6 +124,7 @@ class DiskReserve:
         """May a request that adds `size` bytes of data go to the log? Counts it if so."""
         if not self.enabled:
             return True
+        self.refresh()
         if not self.below:
             cost = size + PUT_OVERHEAD
             if self.free - self.pending - cost >= self.reserve:
@@ -132,16 +144,27 @@ class DiskReserve:
             self._handle.cancel()
             self._handle = None
 
-    def _poll(self) -> None:
+    def refresh(self) -> None:
+        """Read again if the last reading is older than POLL_SECONDS."""
+        if self.clock() - self.read_at >= POLL_SECONDS:
+            self.read()
+
+    def read(self) -> None:
+        """A reading of the file system and the two file sizes, decided on."""
         try:
             disk = os.statvfs(self.data_dir)
             snapshot_bytes, journal_bytes = self.sizes()
         except OSError:
-            pass  # the directory is being set up, or gone: keep the last decision
+            # The directory is being set up, or gone: keep the last decision, and ask
+            # again after POLL_SECONDS, not on every request meanwhile.
+            self.read_at = self.clock()
         else:
             self.observe(disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize, snapshot_bytes,
                          journal_bytes)
-        self._handle = self.loop.call_later(POLL_SECONDS, self._poll)
+
+    def _poll(self) -> None:
+        self.refresh()  # a request may have just read it
+        self._handle = self.loop.call_later(IDLE_POLL_SECONDS, self._poll)
 
     def _note(self, below: bool) -> None:
         if below == self.below:

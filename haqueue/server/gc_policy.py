@@ -20,6 +20,16 @@ longest pass 32 ms on the leader and 24-29 ms on the followers (every 1 s: 239
 / 64 / 90 ms); single node, cycle 4+4 in memory 5.6-6.2k -> 6.9-7.3k cycles/s,
 since automatic passes walk fewer objects.
 
+An idle node allocates almost nothing (a handful of objects between two
+freezes, never enough for an automatic pass), so a freeze then has nothing to
+do, and its timer only woke the node four times a second. The timer stops once
+a period passed without any collection (the young generations then hold fewer
+than THRESHOLDS[0] new objects, and nothing was promoted); the next automatic
+pass, in whatever thread, tells the loop through an eventfd (the one thing a
+gc callback does, since it may run in the middle of the loop's own code), and
+the timer starts again: a freeze still follows a node's first pass within
+FREEZE_EVERY, as before.
+
 The price: cyclic garbage among frozen objects is never found, so objects
 that live past a freeze must not form cycles that outlive them. Jobs, heap
 entries and tube records hold numbers, strings, bytes and each other; a
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 
 FREEZE_EVERY = 0.25  # seconds; 1 s let the leader's longest pass reach 239 ms
@@ -54,6 +65,10 @@ class CollectorPolicy:
         self.longest_pause_ms = 0.0
         self._pause_started = 0.0
         self._handle: asyncio.TimerHandle | None = None
+        self._collected = False  # an automatic (or anyone else's) pass since the last freeze
+        self._sleeping = False  # the timer is stopped until the next pass
+        self._own_pass = False  # the freeze's own gc.collect(1) is not activity
+        self._wake_fd: int | None = None
 
     def start(self) -> None:
         # `haqueue serve` imports the server with the collector off (haqueue/cli/
@@ -64,6 +79,8 @@ class CollectorPolicy:
         # few KB) are frozen with them. Then the collector runs as below.
         gc.freeze()
         gc.set_threshold(*THRESHOLDS)
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.loop.add_reader(self._wake_fd, self._woken)
         gc.callbacks.append(self._time_pause)
         gc.enable()
         self._freeze()
@@ -74,19 +91,61 @@ class CollectorPolicy:
             self._handle = None
         if self._time_pause in gc.callbacks:
             gc.callbacks.remove(self._time_pause)
+        if self._wake_fd is not None:
+            self.loop.remove_reader(self._wake_fd)
+            os.close(self._wake_fd)
+            self._wake_fd = None
+
+    @property
+    def sleeping(self) -> bool:
+        """The timer is stopped: no pass since the last freeze (the node is idle)."""
+        return self._sleeping
 
     def _freeze(self) -> None:
+        self._handle = None
+        # Sleeping first, then the check: a pass in another thread in between
+        # either is seen here or sees `_sleeping` and wakes the loop.
+        self._sleeping = True
+        if not self._collected and self.freezes:
+            return  # nothing was collected, so nothing was promoted: nothing to freeze
+        self._sleeping = False
+        self._collected = False
         # Garbage not yet collected would be frozen with the rest: collect the
         # young generations first (an idle node may not have run a pass since).
-        gc.collect(1)
+        self._own_pass = True
+        try:
+            gc.collect(1)
+        finally:
+            self._own_pass = False
         gc.freeze()
         self.freezes += 1
         self._handle = self.loop.call_later(FREEZE_EVERY, self._freeze)
 
+    def _woken(self) -> None:
+        """A pass ran while the timer slept: freeze within FREEZE_EVERY again."""
+        try:
+            os.eventfd_read(self._wake_fd)
+        except (BlockingIOError, TypeError):
+            pass
+        if self._handle is None and self._wake_fd is not None:
+            self._sleeping = False
+            self._handle = self.loop.call_later(FREEZE_EVERY, self._freeze)
+
     def _time_pause(self, phase: str, info: dict) -> None:
-        # Runs in whichever thread triggered the pass; it holds the GIL.
+        # Runs in whichever thread triggered the pass; it holds the GIL, and may
+        # interrupt any code of the loop's: it touches nothing of the loop's own.
         if phase == "start":
             self._pause_started = time.perf_counter()
+            if not self._own_pass:
+                self._collected = True
+                if self._sleeping:
+                    self._sleeping = False
+                    fd = self._wake_fd
+                    if fd is not None:
+                        try:
+                            os.eventfd_write(fd, 1)
+                        except OSError:
+                            pass
         else:
             pause_ms = (time.perf_counter() - self._pause_started) * 1000
             self.longest_pause_ms = max(self.longest_pause_ms, pause_ms)

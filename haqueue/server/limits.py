@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import time
+from typing import Callable
 
 from haqueue.config.limits import ClientLimits
 
@@ -59,7 +61,7 @@ TICK_OVERDUE_SECONDS = 0.03
 # Descriptors the node needs besides client connections: the listeners, the
 # journal, Raft peers, the admin port, the loop's own.
 RESERVED_FDS = 64
-# How often the resident set is read for max_memory (/proc/self/statm: cheap).
+# How old a reading of the resident set may be when a put asks (/proc/self/statm: cheap).
 MEMORY_POLL_S = 0.1
 
 
@@ -97,25 +99,30 @@ def resident_bytes() -> int:
 class MemoryGauge:
     """Whether a put still fits under the resident-memory limit (0: no limit).
 
-    The resident set is read every MEMORY_POLL_S; in between, each admitted
-    put counts an estimate of what it will hold (its body twice, in the log
-    entry and in the job, plus PUT_OVERHEAD for the records), so a burst of
-    big puts cannot run far past the limit before the next reading.
+    The resident set is read when a put asks and the last reading is older
+    than MEMORY_POLL_S; in between, each admitted put counts an estimate of
+    what it will hold (its body twice, in the log entry and in the job, plus
+    PUT_OVERHEAD for the records), so a burst of big puts cannot run far past
+    the limit before the next reading. Only puts are refused, so a reading
+    taken when a put asks is as fresh as a timer's would be where it matters;
+    and an idle node is not woken ten times a second to read it (it used to
+    be: a fifth of an idle follower's wake-ups, docs/benchmarks.md).
     """
 
     PUT_OVERHEAD = 1024
 
-    def __init__(self, loop, limit: int) -> None:
-        self.loop = loop
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
+        self.clock = clock
         self.rss = resident_bytes()
+        self.read_at = clock()
         self.pending = 0  # estimated bytes admitted since the last reading
         self.over = False
-        self._handle = None
 
     def admits(self, body_size: int) -> bool:
         if not self.limit:
             return True
+        self.resident()
         cost = 2 * body_size + self.PUT_OVERHEAD
         if self.rss + self.pending + cost > self.limit:
             self._note(True)
@@ -123,20 +130,20 @@ class MemoryGauge:
         self.pending += cost
         return True
 
-    def start(self) -> None:
-        self._poll()
+    def resident(self) -> int:
+        """The resident set, read again if the last reading is older than MEMORY_POLL_S."""
+        if self.clock() - self.read_at >= MEMORY_POLL_S:
+            self.read()
+        return self.rss
 
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _poll(self) -> None:
+    def read(self) -> int:
+        """A fresh reading of the resident set (and, with a limit, whether it is over)."""
         self.rss = resident_bytes()
+        self.read_at = self.clock()
         self.pending = 0
         if self.limit:
             self._note(self.rss > self.limit)
-        self._handle = self.loop.call_later(MEMORY_POLL_S, self._poll)
+        return self.rss
 
     def _note(self, over: bool) -> None:
         if over != self.over:

@@ -316,6 +316,7 @@ class NodeCollector:
                                         "system.", value=disk.f_blocks * disk.f_frsize)
         reserve = server.disk
         if reserve is not None and reserve.enabled:
+            reserve.refresh()  # its timer reads an idle node's disk only every few seconds
             yield GaugeMetricFamily("haqueue_disk_reserve_bytes", "Free bytes the node keeps for its next "
                                     "snapshot (disk_reserve.py), at the last reading.", value=reserve.reserve)
             yield GaugeMetricFamily("haqueue_disk_below_reserve", "1 while free space is below the disk "

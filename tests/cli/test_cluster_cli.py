@@ -158,3 +158,38 @@ def test_up_for_starts_a_cluster_names_the_leader_and_stops_every_node(tmp_path,
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert (workdir / "cluster.toml").exists() and (workdir / "n1.log").exists()
+
+
+@pytest.mark.slow
+def test_up_follows_a_failover_and_names_the_new_leader(tmp_path):
+    """`up` asks the leader alone, once a second; a leader gone makes it ask every node."""
+    workdir = tmp_path / "up"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "haqueue", "up", "--for", "40", "--dir", str(workdir),
+         "--port", str(random_base_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        pids, leader = {}, None
+        for line in proc.stdout:
+            if m := re.match(r"  (n\d): pid (\d+), clients ", line):
+                pids[m.group(1)] = int(m.group(2))
+            if m := re.match(r"leader: (n\d) — connect", line):
+                leader = m.group(1)
+                break
+        assert leader in pids, (pids, leader)
+        os.kill(pids[leader], 9)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("leader: "):
+                break
+        assert any(line.startswith(f"{leader} exited (status -9)") for line in lines), lines
+        new = re.match(r"leader: (n\d) — clients now connect to ", lines[-1])
+        assert new and new.group(1) in pids and new.group(1) != leader, lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for pid in pids.values():  # up stops what it started
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -215,7 +215,7 @@ def make_server(loop: asyncio.AbstractEventLoop) -> QueueServer:
                                      max_job_size=MAX_JOB_SIZE))
     server.loop = loop
     server.replica = InstantLog()
-    server.memory = MemoryGauge(loop, 0)  # never polled: never over
+    server.memory = MemoryGauge(0)  # no limit: never over
     server.disk = DiskReserve(loop, None, None, None, lambda: (0, 0))  # no data directory: no reserve
     server.batcher = Batcher(server.replica, loop, server._after_entry)
     server.directory = TubeDirectory()

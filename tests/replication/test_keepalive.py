@@ -55,3 +55,23 @@ def test_idle_links_get_keepalives_and_busy_ones_none():
         # ...and the leader's heartbeats keep its links busy: a keepalive only when a
         # heartbeat came a little late (both run once a heartbeat period).
         assert counts[(me, fa)] <= counts[(fa, fb)] / 4 and counts[(me, fb)] <= counts[(fb, fa)] / 4, counts
+
+
+def test_a_follower_s_timer_leaves_the_next_heartbeat_time_to_wake_it():
+    """After the tick a heartbeat brought (and the keepalives it sent), a follower's
+    timer is set (on_loop.py asks timer_wait as the tick ends) a little past the next
+    heartbeat: the heartbeat, not the timer, wakes it. Capped at a heartbeat from that
+    tick, the timer fired as the heartbeat was due, and when it won the race it found
+    nothing to do (4-5 wake-ups a second for nothing on an idle follower)."""
+    with ticked_cluster() as cluster:
+        a = cluster.followers()[0]
+        heartbeat = cluster.timing.heartbeat
+        a._next_keepalive = 0.0  # this tick is the one that sends its keepalives
+        a.tick(0)
+        assert a._next_keepalive == cluster.clock() + heartbeat
+        armed = a.timer_wait()
+        assert heartbeat < armed <= heartbeat * 6 / 5, armed  # past the heartbeat, within the slack
+        cluster.clock.advance(armed)
+        assert a.timer_wait() == 0
+        a.tick(0)  # no heartbeat came: the timer's tick sends the keepalives itself
+        assert a._next_keepalive == cluster.clock() + heartbeat

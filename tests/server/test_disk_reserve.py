@@ -51,7 +51,9 @@ def test_the_default_floor_is_a_sixteenth_of_the_file_system_at_most_64_mib():
 
 
 def gauge(floor: int | None = 0, limit: int | None = 1 * MiB) -> DiskReserve:
-    return DiskReserve(loop=None, data_dir="/data", floor=floor, journal_limit=limit, sizes=lambda: (0, 0))
+    # A clock that stands still: every decision is on the reading the test gave.
+    return DiskReserve(loop=None, data_dir="/data", floor=floor, journal_limit=limit, sizes=lambda: (0, 0),
+                       clock=lambda: 0.0)
 
 
 def test_below_the_reserve_puts_are_refused_and_counted():
@@ -109,3 +111,61 @@ def test_the_snapshot_and_journal_sizes_raise_the_reserve():
     assert not reserve.observe(snapshot_bytes=10 * MiB, journal_bytes=MiB, **reading)  # needs 20 MiB
     assert reserve.observe(snapshot_bytes=20 * MiB, journal_bytes=35 * MiB, **reading)  # needs 55 MiB
     assert reserve.reserve == 55 * MiB
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_request_reads_the_disk_when_the_last_reading_is_older_than_the_poll(tmp_path):
+    """No timer runs here (the reserve is never started): the request itself reads the
+    file system once the last reading is POLL_SECONDS old, and not before."""
+    clock, reads = Clock(), []
+
+    def sizes():
+        reads.append(clock.now)
+        return 0, 0
+
+    reserve = DiskReserve(loop=None, data_dir=str(tmp_path), floor=0, journal_limit=MiB, sizes=sizes, clock=clock)
+    assert reserve.admits(1000) and len(reads) == 1  # the first request reads
+    assert reserve.free > 0
+    clock.now += D.POLL_SECONDS / 2
+    assert reserve.admits(1000) and len(reads) == 1  # a fresh reading: counted against it
+    assert reserve.pending == 2 * (1000 + D.PUT_OVERHEAD)
+    clock.now += D.POLL_SECONDS / 2
+    assert reserve.admits(1000) and len(reads) == 2 and reserve.pending == 1000 + D.PUT_OVERHEAD
+
+
+def test_a_disk_that_filled_while_nobody_asked_refuses_the_next_request_at_once(tmp_path):
+    """The guarantee the timer gave, kept without it: a reading taken while there was room
+    does not admit work once it is POLL_SECONDS old; the request reads again and refuses."""
+    clock = Clock()
+    reserve = DiskReserve(loop=None, data_dir=str(tmp_path), floor=0, journal_limit=MiB, sizes=lambda: (0, 0),
+                          clock=clock)
+    reserve.observe(free=100 * MiB, filesystem_bytes=200 * MiB, snapshot_bytes=0, journal_bytes=0)
+    assert reserve.admits(1000)
+    reserve.floor_setting = 1 << 60  # the disk "fills": no real free space is above this reserve
+    assert reserve.admits(1000)  # on the reading of a moment ago
+    clock.now += D.POLL_SECONDS
+    assert not reserve.admits(1000) and reserve.below
+    assert reserve.free != 100 * MiB  # the file system's own reading
+    assert reserve.refused == 1
+
+
+def test_a_reading_that_fails_is_not_retried_on_every_request():
+    clock, reads = Clock(), []
+
+    def sizes():
+        reads.append(clock.now)
+        return 0, 0
+
+    reserve = DiskReserve(loop=None, data_dir="/nonexistent/haqueue-data", floor=0, journal_limit=MiB,
+                          sizes=sizes, clock=clock)
+    reserve.observe(free=10 * MiB, filesystem_bytes=100 * MiB, snapshot_bytes=0, journal_bytes=0)
+    clock.now += D.POLL_SECONDS
+    assert reserve.admits(1000)  # statvfs failed: the last decision stands
+    assert reserve.read_at == clock.now  # ...and is asked again only after POLL_SECONDS

@@ -30,7 +30,7 @@ def put(conn: RawConn, body: bytes = b"job") -> bytes:
 
 
 def until_reply(conn: RawConn, wanted: bytes, timeout: float = 10.0) -> bytes:
-    """Puts, one at a time, until one is answered `wanted` (the reserve is read every 0.25 s)."""
+    """Puts, one at a time, until one is answered `wanted` (a put reads the disk 0.25 s after the last reading)."""
     deadline = time.monotonic() + timeout
     while True:
         reply = put(conn)

@@ -1,11 +1,15 @@
-"""The collector policy: passes stay short, and freezing hides no garbage (gc_policy.py)."""
+"""The collector policy: passes stay short, freezing hides no garbage, and an idle
+node's freeze timer sleeps until the next pass (gc_policy.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import time
 
 from haqueue import admin_client
+from haqueue.server.gc_policy import CollectorPolicy
 from tests.support.servers import RawConn, free_port, start_haqueue
 
 CHURN = 600
@@ -59,8 +63,10 @@ def test_churning_connections_tubes_and_jobs_leaves_no_frozen_garbage():
         assert before["freezes"] >= 1 and before["thresholds"][0] == 10_000
         workers = [open_worker(srv.host, srv.port, i) for i in range(CHURN)]
         # Every worker's objects get frozen while it is alive: the case where
-        # a cycle would hide from the collector once the connection ends.
-        frozen_at = gc_report(admin)["freezes"]
+        # a cycle would hide from the collector once the connection ends. The
+        # policy freezes only after a pass (an idle node's timer sleeps): the
+        # full pass asked here is one, and ends in a freeze of its own.
+        frozen_at = gc_report(admin, collect=True)["freezes"]
         deadline = time.monotonic() + 5
         while gc_report(admin)["freezes"] == frozen_at and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -82,3 +88,46 @@ def test_churning_connections_tubes_and_jobs_leaves_no_frozen_garbage():
         assert after["longest_pause_ms"] < 1000, after
     finally:
         srv.stop()
+
+
+class Probe(CollectorPolicy):
+    """The policy, telling the test when a pass has woken its loop."""
+
+    woke: asyncio.Future | None = None
+
+    def _woken(self) -> None:
+        super()._woken()
+        if self.woke is not None and not self.woke.done():
+            self.woke.set_result(None)
+
+
+def fire(policy: CollectorPolicy) -> None:
+    """The freeze timer's moment, now (the test drives the timer, not the clock)."""
+    policy._handle.cancel()
+    policy._freeze()
+
+
+def test_without_a_pass_the_freeze_timer_sleeps_and_the_next_pass_wakes_it():
+    loop = asyncio.new_event_loop()
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    policy = Probe(loop)
+    try:
+        policy.start()
+        assert policy.freezes == 1 and policy._handle is not None
+        gc.set_threshold(10**9)  # no automatic pass while the test runs: it makes its own
+        fire(policy)  # a period without a pass (the freeze's own gc.collect(1) is none)
+        assert policy.sleeping and policy._handle is None and policy.freezes == 1
+        policy.woke = loop.create_future()
+        gc.collect(0)  # a pass, as any thread's allocations would make
+        loop.run_until_complete(asyncio.wait_for(policy.woke, 5))
+        assert not policy.sleeping and policy._handle is not None  # a freeze within FREEZE_EVERY
+        fire(policy)
+        assert policy.freezes == 2 and policy._handle is not None  # ...and the next period is timed
+        fire(policy)
+        assert policy.sleeping and policy.freezes == 2
+    finally:
+        policy.stop()
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+        (gc.enable if enabled else gc.disable)()
+        loop.close()
