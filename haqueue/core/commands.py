@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from operator import itemgetter
 
 LOG_FORMAT_VERSION = 4
 # The opcodes each version added start here. Version 3 is shared by two
@@ -113,8 +114,10 @@ class LogFormatError(ValueError):
 
 def encode_batch(stamp_ms: int, commands: list[tuple]) -> bytes:
     """Serialize one log entry. Pickle of primitives only: compact and fast in C."""
-    # Opcodes only grow with versions, so the highest opcode decides.
-    version = entry_version(max((command[0] for command in commands), default=0))
+    # Opcodes only grow with versions, so the highest opcode decides; a table, not a
+    # loop over the versions: this runs once per entry on the leader.
+    top = max(map(_opcode, commands)) if commands else 0
+    version = _VERSION_OF[top] if type(top) is int and 0 <= top < len(_VERSION_OF) else entry_version(top)
     return pickle.dumps((version, stamp_ms, commands), protocol=5)
 
 
@@ -124,6 +127,10 @@ def entry_version(opcode: int) -> int:
         if opcode >= FIRST_OPCODE_OF_VERSION[version]:
             return version
     return 1
+
+
+_opcode = itemgetter(0)
+_VERSION_OF = tuple(entry_version(opcode) for opcode in range(max(NAMES) + 1))
 
 
 class _PlainValues(pickle.Unpickler):
