@@ -451,7 +451,7 @@ def _fast_line(buf: bytearray, pos: int, end: int, max_job_size: int) -> Command
             pri, delay, ttr, size = map(int, m.groups())
             if pri <= _U32_MAX and delay <= _U32_MAX and ttr <= _U32_MAX and size <= _U32_MAX \
                     and size <= max_job_size:
-                return _ReadBody(pri, delay, ttr, size)
+                return _new_tuple(_ReadBody, (pri, delay, ttr, size))
     elif first == _D:
         m = _FAST_DELETE.fullmatch(buf, pos, end)
         if m is not None:
