@@ -41,6 +41,8 @@ from haqueue.core.job import (BURIED, DELAYED, DELETED, MAX_PRI, MIN_TTR_MS, REA
                               tallies)
 from haqueue.core.tube import Tube, compact, overgrown
 
+_new_tuple = tuple.__new__
+
 # 2: each tube record ends with its buried job ids, first in first out (in 1
 # they came back in id order, which kick and peek-buried could tell apart).
 # 3: a ninth section, the id service's state (core/ids.py); 2 reads as no ids yet.
@@ -105,11 +107,12 @@ class QueueState:
         self._woken = set()
         self._emptied = set()
         self.gearman.woken = set()
-        return Applied(self._apply_commands(stamp, commands), self.effects())
+        results = self._apply_commands(stamp, commands)
+        return _new_tuple(Applied, (results, self.effects()))  # Applied(...) without its Python __new__
 
     def effects(self) -> Effects:
         """What happened since the last entry began (apply_batch returns it)."""
-        return Effects(self._woken, self._emptied, self.next_deadline(), self.gearman.woken)
+        return _new_tuple(Effects, (self._woken, self._emptied, self.next_deadline(), self.gearman.woken))
 
     def _apply_commands(self, stamp: int, commands: list[tuple]) -> list[tuple]:
         if type(commands) is not list and type(commands) is not tuple:
@@ -184,12 +187,22 @@ class QueueState:
 
     def next_deadline(self) -> int | None:
         """The earliest pending deadline (ms), for the leader's timer."""
+        # Once per entry on every node: the live-entry checks of _heap_top_live, inlined.
         best = None
-        for heap in (self._delays, self._ttrs, self._pauses):
-            while heap and not self._heap_top_live(heap):
+        for heap in (self._delays, self._ttrs):
+            while heap:
+                entry = heap[0]
+                if entry[2].entry is entry:
+                    if best is None or entry[0] < best:
+                        best = entry[0]
+                    break
                 heapq.heappop(heap)
-            if heap and (best is None or heap[0][0] < best):
-                best = heap[0][0]
+        pauses = self._pauses
+        if pauses:
+            while pauses and not self._heap_top_live(pauses):
+                heapq.heappop(pauses)
+            if pauses and (best is None or pauses[0][0] < best):
+                best = pauses[0][0]
         scheduled = self.gearman.next_deadline()
         if scheduled is not None and (best is None or scheduled < best):
             best = scheduled
@@ -359,11 +372,11 @@ class QueueState:
         return self._reserve(job, conn, now)
 
     def _delete(self, cmd: tuple, now: int) -> tuple:
-        named = self._conn_and_job(cmd)
-        if named is None:
+        _, conn, job_id = cmd
+        if type(conn) is not int or type(job_id) is not int:
             return self._malformed()
-        conn, job = named
-        if job is None or (job.state == RESERVED and job.reserver != conn):
+        job = self.jobs.get(job_id)
+        if job is None or (job.state == RESERVED and job.entry[3] != conn):  # entry: (deadline, id, job, conn)
             return NOT_FOUND
         self._take_out(job)
         job.state = DELETED

@@ -70,7 +70,8 @@ class Connection(asyncio.Protocol):
         """Run what can run, write what is answered, and read only as much as fits."""
         self.pump()
         self.flush()
-        self._regulate_reading()
+        if self.paused_reading or not self.starved:  # else reading goes on as it is
+            self._regulate_reading()
 
     def pump(self) -> None:
         """Run the pipeline (the subclass's _pump), unless it yielded its turn or is running."""
@@ -173,10 +174,12 @@ class Connection(asyncio.Protocol):
                     self._wait_for_lease()
                 return
             self.needs_lease = False
-        out = []
-        while slots and slots[0][0] is not None:
-            out.append(slots.popleft()[0])
-        data = out[0] if len(out) == 1 else b"".join(out)
+        data = slots.popleft()[0]
+        if slots and slots[0][0] is not None:  # more answered behind it: one write for all
+            out = [data]
+            while slots and slots[0][0] is not None:
+                out.append(slots.popleft()[0])
+            data = b"".join(out)
         self.held_bytes -= len(data)
         if data:
             transport = self.transport

@@ -33,15 +33,21 @@ EVERY_KIND = [
 ]
 
 
+def decoded(data: bytes) -> tuple[int, list[tuple]]:
+    """decode_batch of `data` unpickled, not handed back from what encode_batch remembers."""
+    C.forget_encoded()
+    return C.decode_batch(data)
+
+
 def test_a_batch_of_every_command_survives_encode_and_decode():
-    stamp, commands = C.decode_batch(C.encode_batch(1_700_000_000_123, EVERY_KIND))
+    stamp, commands = decoded(C.encode_batch(1_700_000_000_123, EVERY_KIND))
     assert stamp == 1_700_000_000_123
     assert commands == EVERY_KIND
     assert [type(c) for c in commands] == [tuple] * len(EVERY_KIND)
 
 
 def test_an_empty_batch_survives_encode_and_decode():
-    assert C.decode_batch(C.encode_batch(0, [])) == (0, [])
+    assert decoded(C.encode_batch(0, [])) == (0, [])
 
 
 def test_encoding_is_deterministic():
@@ -54,7 +60,8 @@ _arg = st.one_of(st.integers(min_value=-(2**64), max_value=2**64), st.text(max_s
 @settings(max_examples=100, deadline=None)
 @given(st.integers(min_value=0, max_value=2**62), st.lists(st.tuples(st.sampled_from(sorted(C.NAMES)), _arg, _arg)))
 def test_any_batch_of_plain_values_round_trips(stamp, commands):
-    assert C.decode_batch(C.encode_batch(stamp, commands)) == (stamp, commands)
+    assert decoded(C.encode_batch(stamp, commands)) == (stamp, commands)
+    assert C.decode_batch(C.encode_batch(stamp, commands)) == (stamp, commands)  # remembered or not
 
 
 def test_an_entry_of_another_version_is_refused():
@@ -121,3 +128,44 @@ def test_an_entry_that_names_a_function_is_refused_without_calling_it(payload, c
     with pytest.raises(C.LogFormatError, match="plain values only.*print"):
         C.decode_batch(data)
     assert capsys.readouterr().out == ""
+
+
+# Decode once: the leader's own entries come back as the commands it encoded.
+HOT = [put("default", 0, 0, 60_000, b"x" * 100), reserve(1 << 32 | 5, "default"), delete(1 << 32 | 5, 1)]
+
+
+def test_an_entry_just_encoded_decodes_to_the_commands_it_was_made_of():
+    C.forget_encoded()
+    commands = list(HOT)
+    data = C.encode_batch(7, commands)
+    stamp, again = C.decode_batch(bytes(bytearray(data)))  # equal bytes, another object
+    assert stamp == 7 and again is commands
+    stamp, third = C.decode_batch(data)  # handed back once; then unpickled
+    assert third == commands and third is not commands and [type(c) for c in third] == [tuple] * 3
+
+
+def test_an_entry_of_other_commands_is_always_unpickled():
+    C.forget_encoded()
+    for commands in ([(C.ID_RESERVE, "o2o", "app", 1)], [(C.RELEASE_ORPHANS, (1, 2), 3)],
+                     [put("default", 0, 0, 1000, b"x" * (300 << 10))]):  # too big to keep
+        data = C.encode_batch(3, commands)
+        stamp, again = C.decode_batch(data)
+        assert (stamp, again) == (3, commands) and again is not commands
+
+
+def test_other_bytes_are_unpickled_and_earlier_entries_are_dropped_by_a_later_one():
+    other = C.encode_batch(3, [put("other", 1, 0, 1000, b"y")])
+    C.forget_encoded()
+    first, second = list(HOT[:1]), list(HOT[1:])
+    one, two = C.encode_batch(1, first), C.encode_batch(2, second)
+    assert C.decode_batch(other) == (3, [put("other", 1, 0, 1000, b"y")])  # not remembered: unpickled
+    assert C.decode_batch(two)[1] is second  # applied in log order: `one` never will be here
+    assert C.decode_batch(one)[1] is not first and C.decode_batch(one) == (1, first)
+
+
+def test_only_the_last_entries_are_remembered():
+    C.forget_encoded()
+    batches = [[put("default", 0, 0, 1000, b"%d" % n)] for n in range(C._MEMO_ENTRIES + 1)]
+    entries = [C.encode_batch(n, batch) for n, batch in enumerate(batches)]
+    assert C.decode_batch(entries[0])[1] is not batches[0]
+    assert C.decode_batch(entries[1])[1] is batches[1]

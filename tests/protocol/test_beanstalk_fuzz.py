@@ -246,3 +246,30 @@ def test_reference_port_reproduces_known_server_answers():
     big = b"put 0 0 1 10\r\n" + b"z" * 12 + b"stats\r\n"
     assert reference_events(big, [3] * 100, 5) == [ProtocolError(bs.JOB_TOO_BIG, counts_as="put"),
                                                    Command("stats")]
+
+
+# The hot lines' fast path (put, delete, read where they lie in the buffer) against the
+# general line parser: whatever it takes, it reads as _parse_line does.
+fast_numbers = st.one_of(numbers, st.sampled_from([b"18446744073709551615", b"0" * 30 + b"1"]))
+fast_lines = st.one_of(
+    st.tuples(st.just(b"put"), st.lists(st.tuples(st.sampled_from([b" ", b"  ", b"", b"\t"]), fast_numbers),
+                                         min_size=3, max_size=5)),
+    st.tuples(st.sampled_from([b"delete", b"del", b"deletex", b"p", b"d", b"puts"]),
+              st.lists(st.tuples(st.sampled_from([b" ", b"  ", b""]), fast_numbers), max_size=2)),
+).map(lambda t: t[0] + b"".join(space + number for space, number in t[1]))
+
+
+@FUZZ
+@given(fast_lines, st.binary(max_size=3), st.binary(max_size=3), job_limits)
+def test_the_hot_lines_fast_path_reads_each_line_as_the_general_parser(line, before, after, limit):
+    buf = bytearray(before + line + after)
+    fast = bs._fast_line(buf, len(before), len(before) + len(line), limit)
+    if fast is not None:
+        assert fast == bs._parse_line(line, limit)
+        assert type(fast) is type(bs._parse_line(line, limit))
+
+
+def test_the_fast_path_takes_the_common_put_and_delete():
+    assert bs._fast_line(bytearray(b"put 0 0 60 100"), 0, 14, 65535) == bs._ReadBody(0, 0, 60, 100)
+    assert bs._fast_line(bytearray(b"xdelete  12y"), 1, 11, 65535) == Command("delete", (12,))
+    assert bs._fast_line(bytearray(b"put 0 0 60 100"), 0, 14, 99) is None  # too big: the general way

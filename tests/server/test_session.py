@@ -22,6 +22,7 @@ from haqueue.server.host import SessionHost
 from haqueue.config.limits import ClientLimits
 from haqueue.server.limits import COMMANDS_PER_TURN, INPUT_HIGH
 from haqueue.server.beanstalk.tubes import DEFAULT_TUBE
+from haqueue.server.timers import STAMP_RESOLUTION_MS as STAMP_MS
 from tests.support.session_host import LocalHost, connect, turn
 
 
@@ -209,6 +210,22 @@ def test_a_long_pipeline_yields_its_turn_and_goes_on_at_the_next(host, loop):
     assert transport.written.count(b"USING") == COMMANDS_PER_TURN and host.turns.yielded == 1
     turn(loop)
     assert transport.written.count(b"USING") == COMMANDS_PER_TURN + 5
+
+
+def test_a_turn_runs_its_first_command_however_late_the_clock_reads(host, loop, monkeypatch):
+    # A process descheduled between its turn's start and its first command must not
+    # give the turn up without progress: the put goes to the log now, the stats after it waits.
+    monkeypatch.setattr(session_module, "READ_TURN_SECONDS", 0.0)
+    monkeypatch.setattr(session_module, "TURN_SECONDS", 0.0)
+    ticks = iter(range(1000))
+    monkeypatch.setattr(session_module, "perf_counter", lambda: next(ticks))
+    session, transport = connect(host)
+    session.data_received(put() + b"list-tube-used\r\n")
+    assert [command for command, _ in host.batcher.pending] == [(C.PUT, DEFAULT_TUBE, 0, 0, 60_000 + STAMP_MS, b"hi")]
+    assert host.turns.yielded == 1 and transport.written == b""
+    host.batcher.commit()
+    turn(loop)
+    assert transport.written == b"INSERTED 1\r\nUSING default\r\n"
 
 
 def test_a_blocked_pipeline_stops_reading_past_the_input_mark_and_resumes_once_free(host, loop):

@@ -18,10 +18,13 @@ _FIXED = {
 
 def reply_for(result: tuple) -> bytes:
     tag = result[0]
+    fixed = _FIXED.get(tag)
+    if fixed is not None:
+        return fixed
     if tag == Tag.INSERTED:
         return P.inserted(result[1])
     if tag == Tag.RESERVED:
         return P.reserved(result[1], result[2])
     if tag == Tag.KICKED:
         return P.kicked(result[1]) if len(result) > 1 else P.KICKED
-    return _FIXED.get(tag, P.INTERNAL_ERROR)
+    return P.INTERNAL_ERROR

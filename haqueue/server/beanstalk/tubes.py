@@ -33,8 +33,11 @@ class TubeDirectory:
         return list(self.order)
 
     def ref(self, name: str) -> None:
-        self.refs[name] = self.refs.get(name, 0) + 1
-        self.order.append(name)
+        refs = self.refs
+        count = refs.get(name, 0)
+        refs[name] = count + 1
+        if not count:  # a referenced name is listed already (it leaves `order` unreferenced only)
+            self.order.append(name)
 
     def unref(self, name: str, state) -> bool:
         """Drop one reference; True if the replicated record should be forgotten."""
