@@ -61,7 +61,7 @@ class FakeRaft:
         self.depth = self.deepest = self.ticks = 0
         self.ticker: LoopTicker | None = None
 
-    def tick_once(self, events_first: bool = False) -> bool:
+    def tick_once(self, events_first: bool = False, light: bool = False) -> bool:
         self.depth += 1
         self.deepest = max(self.deepest, self.depth)
         self.ticks += 1
