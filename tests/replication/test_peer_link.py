@@ -228,3 +228,25 @@ def test_hot_messages_leave_in_their_binary_form_after_the_handshake():
                 frames.append(wire.RaftCipher(KEY).open(peer.unread[:end], link.sendRandKey)[2])
                 peer.unread = peer.unread[end:]
         assert [f[0] for f in frames] == [raft_codec.APPEND, raft_codec.ACK]
+
+
+def test_a_node_dials_a_dropped_link_again_and_the_cluster_commits_over_it():
+    # SyncingTransport skips pysyncobj's dial pass while every link it dials is
+    # up: a link that drops must bring the pass back. Ticked in virtual time.
+    from haqueue.core.commands import PUT, encode_batch
+    from tests.support.ticked import ticked_cluster
+
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        dialler = next(node for node in cluster.nodes if node.transport._outgoing)
+        conn = next(iter(dialler.transport._outgoing))
+        conn.disconnect()  # dialled again at once, from the disconnect callback
+        assert conn.state == CONNECTION_STATE.CONNECTING
+        conn.disconnect()  # within connection_retry: left for a tick's dial pass
+        assert conn.state == CONNECTION_STATE.DISCONNECTED
+        cluster.run_until(lambda: conn.state == CONNECTION_STATE.CONNECTED, seconds=2 * cluster.timing.connection_retry,
+                          what="the dropped link dialled again")
+        leader = cluster.leader()
+        applied, _ = cluster.commit(leader, encode_batch(1, [(PUT, "default", 0, 0, 60_000, b"x")]))
+        assert applied is not None
+        cluster.run_until(lambda: all(n.raftCommitIndex == leader.raftCommitIndex for n in cluster.nodes), seconds=1)
