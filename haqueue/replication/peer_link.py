@@ -23,6 +23,10 @@ is mostly bookkeeping:
 - A send that did not go out whole waited in a buffer for the next send; a
   link asks the poller to say when the socket can take the rest.
 
+Measured (an append_entries and its acknowledgement between two links on
+loopback, both ends in one process): 59 -> 34 us of CPU per round trip, median
+of seven runs each.
+
 Rules kept from TcpConnection: a connection on which nothing has been read for
 `timeout` seconds is dropped on its next event or send; any frame that does not
 open (another secret, another wire version, a replay, bytes that do not
@@ -40,10 +44,12 @@ import time
 from haqueue.replication import wire
 
 # pysyncobj.tcp_connection.CONNECTION_STATE's and pysyncobj.poller.POLL_EVENT_TYPE's
-# values (pysyncobj_patches checks them), so that this module imports no pysyncobj.
+# values (tests/replication/test_peer_link.py checks them), so that this module imports no pysyncobj.
 DISCONNECTED, CONNECTING, CONNECTED = 0, 1, 2
 _READ, _WRITE, _ERROR = 1, 2, 4
 
+# At most this much per recv. recv allocates the whole size first: at 256 KiB (above
+# glibc's mmap threshold) a link round trip cost twice as much CPU as at 64 KiB.
 READ_BYTES = 64 * 1024
 
 monotonicTime = time.monotonic  # pysyncobj_patches points it at the shared clock (D21)
@@ -72,8 +78,7 @@ class PeerLink:
         self._pending = bytearray()  # the start of a frame not yet whole
         self._needed = 0  # the bytes _pending must hold for its first frame to be whole
         self._unsent = bytearray()  # what the socket did not take yet
-        self._peer_sender = None  # the sender id and last counter the peer's frames carried
-        self._peer_counter = 0
+        self._opening = None  # wire.Opening: this connection's sender and counter, once it sends
         self._last_read = monotonicTime()
         self._socket = socket
         self._fileno = None
@@ -181,8 +186,7 @@ class PeerLink:
     def _reset_buffers(self) -> None:
         self._pending = bytearray()
         self._unsent = bytearray()
-        self._peer_sender = None
-        self._peer_counter = 0
+        self._opening = None
 
     def _on_event(self, descr, event) -> None:
         if descr != self._fileno:
@@ -191,7 +195,8 @@ class PeerLink:
         if event & _ERROR:
             self.disconnect()
             return
-        if monotonicTime() - self._last_read > self._timeout:
+        now = monotonicTime()
+        if now - self._last_read > self._timeout:
             self.disconnect()
             return
         if self.state == CONNECTING:
@@ -202,7 +207,7 @@ class PeerLink:
             if self.state == DISCONNECTED:
                 return
         if event & _READ:
-            self._read()
+            self._read(now)
 
     def _connected(self) -> None:
         if self._socket.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
@@ -229,7 +234,7 @@ class PeerLink:
             del unsent[:sent]
         self._poller.subscribe(self._fileno, self._on_event, _READ | _ERROR | (_WRITE if unsent else 0))
 
-    def _read(self) -> None:
+    def _read(self, now: float) -> None:
         sock = self._socket
         try:
             data = sock.recv(READ_BYTES)
@@ -241,7 +246,7 @@ class PeerLink:
         if not data:
             self.disconnect()  # the peer closed, perhaps in the middle of a frame
             return
-        self._last_read = monotonicTime()
+        self._last_read = now
         if self._pending:
             pending = self._pending
             pending += data
@@ -271,18 +276,12 @@ class PeerLink:
             self._needed = end - start if size - start >= 4 else 4  # `end`: the unfinished frame's
 
     def _open(self, frame):
-        encryptor = self.encryptor
-        if encryptor is None:
-            return wire.decode(wire.open_plain(frame))
-        sender, counter, payload = encryptor.open(frame, self.recvRandKey or _NO_KEY)
-        if sender != self._peer_sender:
-            if self._peer_sender is not None:
-                wire.refuse(frame, "a second sender on one connection")
-            self._peer_sender = sender
-        elif counter <= self._peer_counter:
-            wire.refuse(frame, "a replayed message")
-        self._peer_counter = counter
-        return wire.decode(payload)
+        opening = self._opening
+        if opening is None:
+            if self.encryptor is None:
+                return wire.decode(wire.open_plain(frame))
+            opening = self._opening = wire.Opening(self.encryptor)
+        return wire.decode(opening.open(frame, self.recvRandKey or _NO_KEY))
 
 
 def install(transport_module, tcp_server_module) -> None:

@@ -154,6 +154,42 @@ class RaftCipher:
         return sender_id, counter, data
 
 
+class Opening:
+    """The receiving side of one connection: opens its frames, and refuses one from a
+    second sender or whose counter does not rise (a replay within the connection).
+    After the first frame, the sender's key is at hand: no lookup per frame."""
+
+    __slots__ = ("_cipher", "_sender", "_counter", "_decrypt")
+
+    def __init__(self, cipher: RaftCipher) -> None:
+        self._cipher = cipher
+        self._sender = None
+        self._counter = 0
+        self._decrypt = None
+
+    def open(self, frame, binding: bytes) -> bytes:
+        """The payload of a whole frame (bytes or memoryview), or WireError."""
+        if len(frame) < SEALED_HEAD.size + TAG_BYTES or frame[4] != VERSION:
+            refuse(frame)
+        _, _, sender, counter = SEALED_HEAD.unpack_from(frame)
+        if sender != self._sender:
+            if self._sender is not None:
+                refuse(frame, "a second sender on one connection")
+            _, counter, data = self._cipher.open(frame, binding)
+            self._sender, self._counter = sender, counter
+            self._decrypt = self._cipher._receive_keys[sender].decrypt
+            return data
+        if counter <= self._counter:
+            refuse(frame, "a replayed message")
+        try:
+            data = self._decrypt(_NONCE.pack(counter), frame[SEALED_HEAD.size:],
+                                 bytes(frame[:SEALED_HEAD.size]) + binding)
+        except InvalidTag:
+            refuse(frame, "it fails authentication: does that node have another cluster secret?")
+        self._counter = counter
+        return data
+
+
 def plain_frame(payload: bytes) -> bytes:
     """The frame of `payload` without a secret."""
     return PLAIN_HEAD.pack(len(payload) + 1, VERSION) + payload

@@ -120,3 +120,19 @@ def test_small_messages_are_left_as_they_are_and_big_ones_compressed():
 
 def test_pysyncobj_seals_with_the_raft_cipher_once_raft_node_is_loaded():
     assert isinstance(syncobj_module.getEncryptor("secret"), RaftCipher)
+
+
+def test_a_connection_refuses_a_replayed_frame_and_a_second_sender():
+    sender, other = RaftCipher(KEY), RaftCipher(KEY)
+    opening = wire.Opening(RaftCipher(KEY))
+    first, second = sender.seal(b"one", BOUND), sender.seal(b"two", BOUND)
+    assert opening.open(first, BOUND) == b"one"
+    assert opening.open(memoryview(second), BOUND) == b"two"
+    for frame in (first, second, other.seal(b"three", BOUND)):
+        with pytest.raises(WireError):
+            opening.open(frame, BOUND)
+    tampered = bytearray(sender.seal(b"four", BOUND))
+    tampered[-1] ^= 1
+    with pytest.raises(WireError):
+        opening.open(bytes(tampered), BOUND)
+    assert opening.open(sender.seal(b"five", BOUND), BOUND) == b"five"  # a refusal does not move the counter
