@@ -45,10 +45,13 @@ def trim(message: dict, log) -> dict:
     if "transmission" in message or "prevLogIdx" not in message or not len(log):
         return message
     prev_idx = message["prevLogIdx"]
+    last = log[-1]
+    last_idx = last[1]
+    if prev_idx == last_idx:
+        return message  # the usual case: nothing here after prev, so nothing to keep or cut
     prev_term = message["prevLogTerm"]
     entries = message.get("entries") or []
     first_idx = log[0][1]
-    last_idx = log[-1][1]
     if prev_idx is None or prev_idx < first_idx or prev_idx > last_idx:
         return message  # pysyncobj's own answer (reset) is right here
     if log[prev_idx - first_idx][2] != prev_term:
@@ -66,11 +69,11 @@ def trim(message: dict, log) -> dict:
         # only when it provably matches the leader's log, and never cut
         # (see the module docstring).
         if last_idx > keep_idx:
-            if log[-1][2] == message["term"]:
-                keep_idx, keep_term = last_idx, log[-1][2]
+            if last[2] == message["term"]:
+                keep_idx, keep_term = last_idx, last[2]
             else:
                 kept = dict(message)
-                kept["prevLogIdx"], kept["prevLogTerm"], kept["entries"] = last_idx, log[-1][2], []
+                kept["prevLogIdx"], kept["prevLogTerm"], kept["entries"] = last_idx, last[2], []
                 kept["commit_index"] = min(message["commit_index"], keep_idx)
                 kept[ACK_THROUGH] = keep_idx
                 return kept

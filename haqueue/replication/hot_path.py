@@ -8,14 +8,14 @@ method calls, builds a set, slices and re-slices the log, and reads the clock
 twice per follower. `HotPathMixin`, mixed into ReplicatedQueue before SyncObj,
 does the same work with the same effects, in fewer steps:
 
-- `light_tick` (docs/pysyncobj.md D41): for messages and commands, the part of
+- `light_tick` (docs/pysyncobj.md D32): for messages and commands, the part of
   `_onTick` they need, in its order: the leader's commit index
   (`advance_commit`), applying, a heartbeat if one is due, the queued commands,
   the sockets' events. The periodic checks (election deadline, leader
   fallback, connection attempts, the one-second timer, log compaction, and
   raft_node's own) are left to full ticks: raft_node runs one whenever the last
   is FULL_PERIOD old, and the loop's timer ticks are full (on_loop.py).
-- `_SyncObj__sendAppendEntries` (D42): pysyncobj's, for the usual case where
+- `_SyncObj__sendAppendEntries` (D34): pysyncobj's, for the usual case where
   every follower is connected or not, wants entries this log still holds, and
   they fit in one message; any other case (a snapshot to send, a big entry in
   chunks, a follower far behind, read-only nodes) goes to pysyncobj's own.
@@ -82,7 +82,7 @@ class HotPathMixin:
         self._SyncObj__leaderCommitIndex = self._SyncObj__raftCommitIndex
 
     def _SyncObj__sendAppendEntries(self):
-        # D42: pysyncobj calls this (name-mangled) after each command it logs and for
+        # D34: pysyncobj calls this (name-mangled) after each command it logs and for
         # each heartbeat. The same messages as pysyncobj's own, for the usual case.
         if self._SyncObj__readonlyNodes:
             return super()._SyncObj__sendAppendEntries()

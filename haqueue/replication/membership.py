@@ -167,7 +167,7 @@ class MembershipMixin:
         return super()._SyncObj__doApplyCommand(command)
 
     def _SyncObj__updateClusterConfiguration(self, newNodes):
-        # D40: a loaded snapshot names the group with node objects of its own
+        # D31: a loaded snapshot names the group with node objects of its own
         # (unpickled). pysyncobj keeps them as its members while its transport and
         # its match and next indexes stay keyed by the objects they had: equal, not
         # identical, so every lookup of one by the other fell through Python's
@@ -366,7 +366,7 @@ def _request_of(command: bytes):
 
 def _same_object(node, members):
     """`node` (a Node, or a node's id) as the member object this node already holds, if
-    any (D40): what the given one carries beyond its id is copied onto that object."""
+    any (D31): what the given one carries beyond its id is copied onto that object."""
     node_id = getattr(node, "_id", node)
     for member in members:
         if member._id == node_id:

@@ -192,7 +192,7 @@ class LoopTicker:
 
     def _tick(self, events_first: bool = False, light: bool = True) -> None:
         # `light`: a tick for messages or commands skips the periodic checks while
-        # a full tick's hold (ReplicatedQueue.tick, docs/pysyncobj.md D41); the
+        # a full tick's hold (ReplicatedQueue.tick, docs/pysyncobj.md D32); the
         # timer's ticks are full.
         self._scheduled = False
         if not self.running:

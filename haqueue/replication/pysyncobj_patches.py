@@ -15,7 +15,8 @@ What is installed (docs/pysyncobj.md D18-D23 and D25 are these, in this order):
 2. `createJournal`: a `JournalSpec` path builds haqueue's DurableJournal
    (journal.py), which fsyncs; any other argument reaches pysyncobj's own.
 3. The wire (wire.py): AES-GCM sealing instead of Fernet, small messages
-   left uncompressed, and the hot messages in binary framing (raft_codec.py).
+   left uncompressed, and the hot messages in binary framing (raft_codec.py),
+   through haqueue's own links (peer_link.py, D33) in place of TcpConnection.
 4. One clock: pysyncobj reads CLOCK_MONOTONIC_RAW through a `monotonicTime`
    name in each of its modules, while raft_node read time.monotonic
    (CLOCK_MONOTONIC) to set pysyncobj's election deadline and to time its
@@ -168,9 +169,13 @@ def install() -> None:
         POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR)
     _syncobj_module.createPoller = lambda _poller_type: EpollPoller()
     import pysyncobj.dns_resolver
+    import pysyncobj.tcp_server
     import pysyncobj.transport
 
-    _clocked_modules[:] = [_syncobj_module, pysyncobj.tcp_connection, pysyncobj.transport, pysyncobj.dns_resolver]
+    from haqueue.replication import peer_link
+
+    _clocked_modules[:] = [_syncobj_module, pysyncobj.tcp_connection, pysyncobj.transport, pysyncobj.dns_resolver,
+                           peer_link]
     _point_clock(_clock)
     import pysyncobj.node
 
@@ -179,7 +184,8 @@ def install() -> None:
     _Node.__hash__ = _node_hash
     _Node.__eq__ = _node_eq
     _Node.__ne__ = _node_ne
-    wire.install(_syncobj_module, pysyncobj.tcp_connection)
+    wire.install(_syncobj_module)
+    peer_link.install(pysyncobj.transport, pysyncobj.tcp_server)
     import pysyncobj.serializer
 
     pysyncobj.serializer.atomicReplace = _durable_replace

@@ -1,7 +1,7 @@
 """The hot Raft messages in fixed binary framing; every other message pickled.
 
-pysyncobj's tcp_connection turns each message dict into bytes with its module
-global `pickle` (then packs and seals them: wire.py). Two kinds make up almost
+A link (peer_link.py) turns each message into bytes with `dumps` (then packs
+and seals them: wire.py), and back with `loads`. Two kinds make up almost
 all of a busy node's traffic: the leader's `append_entries` (every entry, and
 every heartbeat) and the follower's `next_node_idx` acknowledgement. Pickling
 a dict writes and reads back its keys as strings every time, and the receiver
@@ -18,8 +18,8 @@ Rules:
   `loads(dumps(m)) == m` with the same keys. Anything else (elections,
   pre-votes, keepalives, a snapshot's chunks, the connection's handshake
   tuple) is pickled (protocol 5; pysyncobj used 2), behind its own kind byte.
-- No pysyncobj import: wire.install hands the codec to pysyncobj's module.
-- The first byte says which: PICKLED, APPEND or ACK. wire.Packing relies on
+- No pysyncobj import.
+- The first byte says which: PICKLED, APPEND or ACK. wire.encode relies on
   it never being 0xFF (its mark for a compressed message).
 - Integers are signed 64-bit little-endian; a value outside that range takes
   the pickled form.
@@ -94,7 +94,7 @@ _PACKERS = {"append_entries": _pack_append, "next_node_idx": _pack_ack}
 
 
 def dumps(message) -> bytes:
-    """pysyncobj's `pickle.dumps`, as tcp_connection calls it."""
+    """A message's bytes."""
     if type(message) is dict:
         packer = _PACKERS.get(message.get("type"))
         if packer is not None:
@@ -148,7 +148,7 @@ def _load_ack(data: bytes) -> dict:
 
 
 def loads(data: bytes):
-    """pysyncobj's `pickle.loads`, as tcp_connection calls it (a failure drops the link)."""
+    """The message of `data` (a failure drops the link)."""
     kind = data[0] if data else None
     try:
         if kind == APPEND:

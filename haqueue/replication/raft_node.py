@@ -3,7 +3,7 @@
 This is the only module that subclasses pysyncobj's SyncObj (transport.py
 subclasses its TCPTransport). What they change, and why, is the numbered list
 in docs/pysyncobj.md (D1-D17, D24, D26, D27 and D29; D18-D23 and D25 are pysyncobj_patches.py's,
-D40 membership.py's, D41 and D42 hot_path.py's);
+D31 membership.py's, D32 and D34 hot_path.py's);
 comments here cite those numbers. The election and lease decisions are
 prevote.py's and lease.py's (pure); this module and transport.py read
 pysyncobj's state into them.
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # Seconds between timer ticks while something is polled rather than timed (timer_wait).
 POLLED_PERIOD = 0.02
-# Seconds a full tick's periodic checks hold for the light ticks that follow (D41):
+# Seconds a full tick's periodic checks hold for the light ticks that follow (D32):
 # under load a node ticks only for messages, and its checks still run this often.
 FULL_PERIOD = 0.02
 
@@ -153,7 +153,7 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self._poller.poll = self._sync_then_poll
         self._ticker: LoopTicker | None = None
         self._destroyed = False
-        self._full_until = 0.0  # a light tick (D41) is full from then on (monotonic())
+        self._full_until = 0.0  # a light tick (D32) is full from then on (monotonic())
 
     # ------------------------------------------------------------ lifecycle
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -239,7 +239,7 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
 
         `light`: the tick is for messages or a submitted command, not for timed
         work; unless the last full tick is FULL_PERIOD old, it does only what
-        messages and commands need (`_light_tick`, D41)."""
+        messages and commands need (`_light_tick`, D32)."""
         if light and monotonic() < self._full_until and self._light_tick():
             return
         self._full_until = monotonic() + FULL_PERIOD
@@ -269,7 +269,7 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
 
     def _light_tick(self) -> bool:
-        """A tick for messages or commands (D41): pysyncobj's part is hot_path.py's
+        """A tick for messages or commands (D32): pysyncobj's part is hot_path.py's
         `light_tick`; of this node's own work, only what an entry needs now (the
         server's tick time, the commit time, a hand-off under way, a failed journal).
         False (nothing done) when only a full tick will do."""

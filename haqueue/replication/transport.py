@@ -36,6 +36,7 @@ from haqueue.replication.pysyncobj_patches import monotonic
 pysyncobj_patches.install()  # before anything else imports pysyncobj (it checks the version)
 
 from pysyncobj.config import FAIL_REASON  # noqa: E402
+from pysyncobj.tcp_connection import CONNECTION_STATE  # noqa: E402
 from pysyncobj.transport import TCPTransport  # noqa: E402
 
 from haqueue.replication import append_guard, prevote  # noqa: E402
@@ -59,6 +60,7 @@ APPEND_SEQ = "haq_seq"
 # leader fallback, the /leader check: D26); the read lease counts answers only.
 SLOW_ACK = 3.0
 ACK_SYNC_WAIT = 0.02  # seconds the loop waits for a follower's sync before it moves on
+CONNECTED, DISCONNECTED = CONNECTION_STATE.CONNECTED, CONNECTION_STATE.DISCONNECTED
 
 
 def lease_clock() -> float:
@@ -259,7 +261,11 @@ class SyncingTransport(TCPTransport):
     # ------------------------------------------------------------ links
     def peers_heard_within(self, seconds: float) -> int:
         since = monotonic() - seconds
-        return sum(1 for heard in self.last_heard.values() if heard > since)
+        count = 0
+        for heard in self.last_heard.values():  # every tick: a loop, not a generator
+            if heard > since:
+                count += 1
+        return count
 
     def _onNodeConnected(self, node):
         self.peers_up.add(node)
@@ -285,6 +291,18 @@ class SyncingTransport(TCPTransport):
         if conn is not None:
             self._outgoing.add(conn)  # created once per peer and reconnected, never replaced
 
+    def _onTick(self):
+        # pysyncobj binds its server and dials the peers it should on every tick: a
+        # dozen node lookups, for nothing while every link this node dials is up or
+        # under way (a link that drops is dialled again from its disconnect callback).
+        if self._ready:
+            for conn in self._outgoing:
+                if conn.state == DISCONNECTED:
+                    break
+            else:
+                return
+        super()._onTick()
+
     def setOnUtilityMessageCallback(self, message, callback):
         # pysyncobj's admin messages on the Raft port would add, remove or hand off
         # without haqueue's checks and events: those go through the leader's admin
@@ -296,7 +314,9 @@ class SyncingTransport(TCPTransport):
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,
         # not its acknowledgements for the lease nor its messages for the majority watch.
+        conn = self._connections.get(node)
         super().dropNode(node)
+        self._outgoing.discard(conn)
         for table in (self.last_heard, self.ack_heard_at, self.slow_heard_at, self._seq_from, self._sent_at,
                       self._ack_through, self.lease.acks):
             table.pop(node, None)
@@ -342,7 +362,15 @@ class SyncingTransport(TCPTransport):
                                                "error": FAIL_REASON.NOT_LEADER})
             return True
         self._sent_at[node] = monotonic()
-        return super().send(node, message)
+        return self._send(node, message)
+
+    def _send(self, node, message) -> bool:
+        # TCPTransport.send, with one lookup of the link instead of three.
+        conn = self._connections.get(node)
+        if conn is None or conn.state != CONNECTED:
+            return False
+        conn.send(message)
+        return conn.state == CONNECTED
 
     def flush_acknowledgements(self) -> None:
         """Send the acknowledgements whose entries are on disk (D3), one sync for all
@@ -354,6 +382,8 @@ class SyncingTransport(TCPTransport):
         keepalives and pre-vote answers still flow and the leader still hears this
         node (D26); a later poll sends them once the sync is done. Other policies
         sync here (at most the entries that reserve ids, journal.py)."""
+        if not self.deferred_acks and not self._waiting_acks:
+            return  # most polls (every one of a leader's)
         journal = self._syncObj.journal
         term = self._syncObj.raftCurrentTerm
         if self.deferred_acks:
@@ -383,4 +413,4 @@ class SyncingTransport(TCPTransport):
         now = monotonic()
         for _, node, message, _ in acks:
             self._sent_at[node] = now
-            super().send(node, message)
+            self._send(node, message)

@@ -62,3 +62,9 @@ def test_a_heartbeat_at_the_end_of_the_log_is_untouched():
     log = log_of(1, 2, 2)
     m = message(3, 2, [])
     assert trim(m, log) is m
+
+
+def test_new_entries_right_after_the_log_are_handed_on_as_they_are():
+    log = log_of(1, 2, 2)
+    for m in (message(3, 2, [(4, 2), (5, 2)]), message(3, 1, [(4, 2)])):  # the usual case; a conflict at prev
+        assert trim(m, log) is m

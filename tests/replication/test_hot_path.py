@@ -1,4 +1,4 @@
-"""Light ticks and the lean append path (hot_path.py; docs/pysyncobj.md D41, D42).
+"""Light ticks and the lean append path (hot_path.py; docs/pysyncobj.md D32, D34).
 
 A light tick skips the periodic checks; these tests make sure that a cluster
 ticked that way still commits, applies, steps a cut-off leader down and elects

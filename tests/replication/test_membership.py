@@ -304,7 +304,7 @@ def test_an_addition_with_addresses_is_still_the_entry_pysyncobj_and_older_haque
 
 
 def test_a_received_snapshot_leaves_the_members_the_same_objects_as_the_transports():
-    # D40: pysyncobj took the snapshot's unpickled nodes as its members while its
+    # D31: pysyncobj took the snapshot's unpickled nodes as its members while its
     # transport stayed keyed by the ones it had: equal, not identical, and every
     # lookup between them went through Node.__eq__.
     from tests.replication.test_snapshot_writer import LIMIT, _fill
