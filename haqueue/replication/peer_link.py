@@ -38,6 +38,7 @@ Frames are wire.py's; messages are dicts and tuples of pysyncobj's (raft_codec).
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 
@@ -52,9 +53,28 @@ _READ, _WRITE, _ERROR = 1, 2, 4
 # glibc's mmap threshold) a link round trip cost twice as much CPU as at 64 KiB.
 READ_BYTES = 64 * 1024
 
+# The longest frame a link buffers. Nothing is read into memory for a frame longer than
+# this: the link is dropped when its length arrives. On a connection this node accepted,
+# before any of its frames has opened (the peer proved nothing yet: the handshake, or a
+# stranger on the Raft port), at most FIRST_FRAME_BYTES; otherwise at most `max_frame`, which the node raises
+# to what its appends may carry (raft_node.py: twice its batch limit, for the per-entry
+# framing of many small entries, plus a MiB). pysyncobj's TcpConnection had no bound:
+# four bytes from anyone made a node wait to buffer up to 4 GiB.
+FIRST_FRAME_BYTES = 64 * 1024
+max_frame = 16 << 20
+
+
+def allow_frames_of(size: int) -> None:
+    """Let links buffer frames of `size` bytes (never lowers the bound: one process may
+    hold several nodes, as the tests' ticked clusters do)."""
+    global max_frame
+    max_frame = max(max_frame, size)
+
+
 monotonicTime = time.monotonic  # pysyncobj_patches points it at the shared clock (D21)
 
 _LENGTH = wire.LENGTH.unpack_from
+log = logging.getLogger(__name__)
 _NO_KEY = b""
 
 
@@ -79,6 +99,9 @@ class PeerLink:
         self._needed = 0  # the bytes _pending must hold for its first frame to be whole
         self._unsent = bytearray()  # what the socket did not take yet
         self._opening = None  # wire.Opening: this connection's sender and counter, once it sends
+        # FIRST_FRAME_BYTES binds an accepted connection until one of its frames opens; a
+        # link this node dials reaches the peer it chose, whose first append may be big.
+        self._trusted = socket is None
         self._last_read = monotonicTime()
         self._socket = socket
         self._fileno = None
@@ -118,6 +141,7 @@ class PeerLink:
         self._set_keepalive()
         sock.setblocking(False)
         self._reset_buffers()
+        self._trusted = True  # dialled: see __init__
         self._last_read = monotonicTime()
         try:
             sock.connect((host, port))
@@ -187,6 +211,7 @@ class PeerLink:
         self._pending = bytearray()
         self._unsent = bytearray()
         self._opening = None
+        self._trusted = False  # a frame of this connection has opened (FIRST_FRAME_BYTES)
 
     def _on_event(self, descr, event) -> None:
         if descr != self._fileno:
@@ -258,7 +283,12 @@ class PeerLink:
         view = memoryview(data)
         start = 0
         while size - start >= 4:
-            end = start + 4 + _LENGTH(data, start)[0]
+            length = _LENGTH(data, start)[0]
+            if length > (max_frame if self._trusted else FIRST_FRAME_BYTES):
+                log.warning("raft link from %s dropped: a frame of %d bytes is over the bound", self._peer_name(), length)
+                self.disconnect()
+                return
+            end = start + 4 + length
             if end > size:
                 break
             try:
@@ -266,6 +296,7 @@ class PeerLink:
             except Exception:  # WireError, or bytes raft_codec cannot read: the link is not trusted
                 self.disconnect()
                 return
+            self._trusted = True
             start = end
             if self._on_message is not None:
                 self._on_message(message)
@@ -274,6 +305,13 @@ class PeerLink:
         if start < size:
             self._pending = bytearray(view[start:])
             self._needed = end - start if size - start >= 4 else 4  # `end`: the unfinished frame's
+
+    def _peer_name(self) -> str:
+        try:
+            host, port = self._socket.getpeername()[:2]
+            return f"{host}:{port}"
+        except (OSError, AttributeError, ValueError):
+            return "a peer"
 
     def _open(self, frame):
         opening = self._opening

@@ -29,6 +29,7 @@ from pysyncobj.config import FAIL_REASON, SERIALIZER_STATE  # noqa: E402
 from haqueue.core.commands import LogFormatError, decode_batch
 from haqueue.core.state import QueueState
 from haqueue.replication import applying
+from haqueue.replication import peer_link
 from haqueue.replication.member_dir import is_member_dir, mark_member
 from haqueue.replication.hot_path import HotPathMixin
 from haqueue.replication.membership import MembershipMixin
@@ -106,6 +107,8 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self.campaign = Campaign(retry=timing.heartbeat)  # pre-vote rounds (prevote.py, D9)
         self.stepdown_reason: str | None = None  # why the next step-down happens, when a handler knows
         self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
+        # A link buffers frames up to what an append of this node's may carry (peer_link.py).
+        peer_link.allow_frames_of(2 * (settings.max_entry_bytes + 1) + (1 << 20))
         conf = SyncObjConf(
             autoTick=False,
             appendEntriesUseBatch=False,  # True makes every commit wait for a heartbeat

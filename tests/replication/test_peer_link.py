@@ -250,3 +250,50 @@ def test_a_node_dials_a_dropped_link_again_and_the_cluster_commits_over_it():
         applied, _ = cluster.commit(leader, encode_batch(1, [(PUT, "default", 0, 0, 60_000, b"x")]))
         assert applied is not None
         cluster.run_until(lambda: all(n.raftCommitIndex == leader.raftCommitIndex for n in cluster.nodes), seconds=1)
+
+
+@contextmanager
+def accepted():
+    """(link, stranger, poll, received, downs): a link of a connection this node accepted."""
+    poller = EpollPoller()
+    listener = socket.create_server(("127.0.0.1", 0))
+    stranger = socket.create_connection(listener.getsockname())
+    sock, _ = listener.accept()
+    sock.setblocking(False)
+    received, downs = [], []
+    link = PeerLink(poller, onMessageReceived=received.append, onDisconnected=lambda: downs.append(1),
+                    socket=sock, timeout=60.0)
+    link.encryptor = wire.RaftCipher(KEY)
+    try:
+        yield link, stranger, lambda: poller.poll(0), received, downs
+    finally:
+        link.disconnect()
+        stranger.close()
+        listener.close()
+        poller.close()
+
+
+def test_a_stranger_announcing_a_huge_frame_is_dropped_before_anything_is_buffered():
+    with accepted() as (link, stranger, poll, received, downs):
+        stranger.sendall(wire.LENGTH.pack(1 << 31) + b"x" * 1000)
+        poll_until(poll, lambda: link.state == CONNECTION_STATE.DISCONNECTED)
+        assert received == [] and downs == [1] and len(link._pending) == 0
+
+
+def test_an_accepted_connection_gets_the_full_bound_once_a_frame_opened():
+    with accepted() as (link, stranger, poll, received, downs):
+        link.recvRandKey = os.urandom(32)
+        peer = Peer(stranger, link.recvRandKey)
+        stranger.sendall(peer.frame(ack(1)))
+        poll_until(poll, lambda: received == [ack(1)])
+        big = {**APPEND, "entries": [(os.urandom(2 * peer_link.FIRST_FRAME_BYTES), 8, 3)]}
+        stranger.sendall(peer.frame(big))
+        poll_until(poll, lambda: len(received) == 2)
+        assert received[1] == big and downs == []
+
+
+def test_no_link_buffers_a_frame_over_the_bound():
+    with linked() as (link, peer, poll, received, downs):
+        peer.sock.sendall(wire.LENGTH.pack(peer_link.max_frame + 1) + b"x" * 1000)
+        poll_until(poll, lambda: link.state == CONNECTION_STATE.DISCONNECTED)
+        assert received == [] and downs == [1]
