@@ -619,6 +619,9 @@ class DurableJournal:
         with state:
             start, self._compact_from = self._compact_from, None
             if start is None or self._compacted is not None:
+                # A copy waits for its swap, which asks again; whoever waits for the
+                # request to be taken (settle_compaction) hears it was.
+                state.notify_all()
                 return
             self._compact_busy, self._compact_cancel = True, False
             copy_end, fd, base = self.end, self.fd, self.base
@@ -659,8 +662,13 @@ class DurableJournal:
         one before the rename replaces it; bytes written after the swap count as
         synced only once the rename is (_sync_swap_rename)."""
         self._wait_for_background()  # no sync of the old descriptor in flight
+        # `_compacted` stays set until the copy has left the `.compact` path and the
+        # new descriptor and base are in place: while it is set the worker starts no
+        # other compaction (_compact_in_worker), which would open that same path with
+        # O_TRUNC, truncating the copy being renamed and keeping a result whose path
+        # the rename takes away (the next swap then failed with ENOENT). A request
+        # the worker drops meanwhile is made again at the end of the swap.
         out, start, copy_end = self._compacted
-        self._compacted = None
         tmp = self.path + ".compact"
         sync = not self.policy.never or self.owed_end > start
         try:
@@ -670,6 +678,8 @@ class DurableJournal:
                     os.fdatasync(out)
             os.replace(tmp, self.path)
         except OSError:
+            with self._sync_state:
+                self._compacted = None
             os.close(out)
             raise
         old_fd, self.fd = self.fd, out
@@ -682,6 +692,7 @@ class DurableJournal:
         else:
             self.synced_end = self.end
         with self._sync_state:
+            self._compacted = None  # the next compaction copies from the new file
             self._old_fd = old_fd  # closing it frees the old file's blocks: 20-50 ms
             self._start_worker()
             self._sync_state.notify_all()

@@ -198,3 +198,45 @@ def test_a_failed_copy_poisons_the_journal_with_one_line(tmp_path, monkeypatch):
     with pytest.raises(journal_module.JournalError):
         journal.add(b"more", 21, 1)
     journal._close()
+
+
+def test_a_compaction_asked_for_before_a_swap_never_takes_the_copy_being_swapped_in(tmp_path, monkeypatch):
+    # A snapshot's deleteEntriesTo asks for the next compaction while the last
+    # copy waits for its swap; on a loaded machine the worker picks the request
+    # up only once the loop's swap has begun. It used to see no copy pending
+    # (the swap forgot it before renaming it) and open `<journal>.compact` again,
+    # O_TRUNC: the very file about to be renamed into place. Its result then named
+    # a path the rename had taken away, and the next swap died with ENOENT.
+    path = str(tmp_path / "j")
+    journal = filled(path)
+    journal.deleteEntriesTo(5)
+    with journal._sync_state:  # the copy is ready, not yet swapped in
+        while journal._compacted is None or journal._compact_busy:
+            assert journal._sync_state.wait(5)
+    # The next snapshot's deleteEntriesTo(3), its request not yet seen by the worker:
+    # the request is made in the swap below, just before the rename.
+    journal.entries, journal.offsets = journal.entries[3:], journal.offsets[3:]
+    real_replace = os.replace
+    worker_ran = []
+
+    def replace(src, dst):
+        if threading.current_thread() is threading.main_thread() and not worker_ran:
+            journal._request_compaction()
+            with journal._sync_state:  # the worker serves it before the loop renames
+                while journal._compact_from is not None or journal._compact_busy:
+                    assert journal._sync_state.wait(5)
+            worker_ran.append(True)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    journal.add(b"swapped in", 21, 1)  # the add swaps the first copy in
+    assert worker_ran
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert journal.settle_compaction()  # the second compaction, from the file now in place
+    assert not os.path.exists(path + ".compact")
+    assert journal.file_bytes == journal.size == os.path.getsize(path)
+    journal._destroy()
+    reopened = DurableJournal(path, NEVER)
+    assert [e[1] for e in reopened.entries] == list(range(9, 22))
+    assert reopened[0] == (b"command 9 " * 5, 9, 1) and reopened[-1] == (b"swapped in", 21, 1)
+    reopened._destroy()
