@@ -282,6 +282,12 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             self.drive_hand_off()
         self.ticked_at = time.monotonic()
         self.observations.note_commit(self._SyncObj__raftCommitIndex, self.ticked_at)
+        if self.transport is not None and self._isLeader():
+            # The lease watch, although periodic: the acknowledgements a light tick
+            # reads are what make a new leader's lease hold, and a leader paused (or cut
+            # off) within 20 ms of it holding must still say, as it steps down, that it
+            # lost the lease (election_events; tests/cluster/test_election_events.py).
+            self.transport.watch_lease(self._hear_window)
         journal = self.journal
         if journal is not None and journal.failed is not None:
             raise JournalError(journal.failed)
