@@ -171,12 +171,8 @@ class PeerLink:
         if self._unsent or self.state != CONNECTED:
             self._unsent += frame  # the poller says when the socket can take it
             return
-        try:
-            sent = self._socket.send(frame)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self.disconnect()
+        sent = self._send_now(frame)
+        if sent is None:
             return
         if sent < len(frame):
             self._unsent += memoryview(frame)[sent:]
@@ -246,15 +242,21 @@ class PeerLink:
         self._last_read = monotonicTime()
         self._send_unsent()
 
+    def _send_now(self, data) -> int | None:
+        """How much of `data` the socket took now; None when the link dropped."""
+        try:
+            return self._socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self.disconnect()
+            return None
+
     def _send_unsent(self) -> None:
         unsent = self._unsent
         if unsent:
-            try:
-                sent = self._socket.send(unsent)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                self.disconnect()
+            sent = self._send_now(unsent)
+            if sent is None:
                 return
             del unsent[:sent]
         self._poller.subscribe(self._fileno, self._on_event, _READ | _ERROR | (_WRITE if unsent else 0))
