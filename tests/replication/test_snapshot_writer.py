@@ -38,9 +38,12 @@ def _fill(cluster: TickedCluster, entries: int, first: int = 0) -> None:
     cluster.run_until(cluster.caught_up, seconds=1, what="every node applying them")
 
 
-def _record_forks(monkeypatch, cluster: TickedCluster, fail: list[bool]) -> list[tuple[float, int]]:
+def _record_forks(monkeypatch, cluster: TickedCluster, fail: list[bool],
+                  wait_for_exit: bool = False) -> list[tuple[float, int]]:
     """Replace os.fork: raises EAGAIN while fail[0], else forks; returns the list it
-    appends (virtual time, pid or 0 for a failed fork) to, in the parent."""
+    appends (virtual time, pid or 0 for a failed fork) to, in the parent.
+    `wait_for_exit`: the parent waits (without reaping) until the child has exited, so
+    no virtual time passes while it runs in real time."""
     real_fork = os.fork
     forks: list[tuple[float, int]] = []
 
@@ -51,6 +54,8 @@ def _record_forks(monkeypatch, cluster: TickedCluster, fail: list[bool]) -> list
         pid = real_fork()
         if pid:
             forks.append((cluster.clock.now, pid))
+            if wait_for_exit:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         return pid
 
     monkeypatch.setattr(os, "fork", fork)
@@ -100,17 +105,14 @@ def test_a_failing_writer_is_retried_after_one_two_four_eight_seconds_not_at_eve
         for node in cluster.followers():
             node.journal_limit = None  # only the leader snapshots: its forks alone are counted
         os.mkdir(leader.dump_path + ".writing")  # the writer's open() fails: EISDIR, at every attempt
-        forks = _record_forks(monkeypatch, cluster, [False])
+        # Each writer has exited before virtual time moves on: its failure is noticed at
+        # the next tick, however long it took in real time.
+        forks = _record_forks(monkeypatch, cluster, [False], wait_for_exit=True)
         _fill(cluster, 4)  # past the limit; then idle
         for attempt in range(5):
             cluster.run_until(lambda: len(forks) > attempt, seconds=20, what=f"attempt {attempt + 1}")
-            try:
-                os.waitid(os.P_PID, forks[-1][1], os.WEXITED | os.WNOWAIT)  # exited: noticed at the next tick
-            except ChildProcessError:
-                pass  # exited and reaped already
         gaps = [later[0] - earlier[0] for earlier, later in zip(forks, forks[1:])]
-        # Timed from when each failure was noticed: a tick or so after the writer's exit
-        # (the first writer's exit was not waited for: a little later, in real time).
+        # Timed from when each failure was noticed: a tick or so after the writer's exit.
         assert all(wait <= gap <= wait + 0.1 for gap, wait in zip(gaps, [1, 2, 4, 8])), gaps
         assert leader.observations.snapshot_failures >= 4 and leader.observations.snapshots == 0
     reasons = {e["reason"] for e in events.recent() if e["event"] == "snapshot_failed"}
