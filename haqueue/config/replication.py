@@ -31,8 +31,9 @@ class RaftTiming:
     connection_timeout: float = 0.9
     connection_retry: float = 0.3
     # A follower campaigns only if it heard a majority within this long (docs/pysyncobj.md
-    # D9): several heartbeats (keepalives flow every heartbeat), and less
-    # than election_min, so a cut-off node stops before its first timeout.
+    # D9): several heartbeats (the leader's, or without one the keepalives that flow
+    # every heartbeat, D35), and less than election_min, so a cut-off node stops
+    # before its first timeout.
     hear_window: float = 0.2
 
 

@@ -291,7 +291,7 @@ class MembershipMixin:
         last = self._SyncObj__getCurrentLogIndex()
         match = self._SyncObj__raftMatchIndex
         ready = [n for n in self._hand_off_candidates() if match.get(n, 0) >= last]
-        if ready and not _queued(self._SyncObj__commandsQueue):
+        if ready and not queued_commands(self._SyncObj__commandsQueue):
             target = min(ready, key=lambda n: n.address)
             self._transfer = None
             term = transfer.term
@@ -343,8 +343,9 @@ def _fail(held: list) -> None:
         callback(None, _NOT_LEADER)
 
 
-def _queued(queue) -> int:
-    """Entries submitted before the hand-off began that pysyncobj has not appended yet."""
+def queued_commands(queue) -> int:
+    """Commands submitted that pysyncobj has not appended yet (before a hand-off began, or
+    before a leader at rest woke: raft_node.at_rest)."""
     return len(getattr(queue, "_FastQueue__queue", ()))
 
 

@@ -33,6 +33,11 @@ Here the node runs on the loop instead:
   acknowledgement commits and applies in the same tick; a tick whose own
   poll handed out more events is followed by another at once.
 
+- A leader at rest (nothing under way but heartbeats: `ReplicatedQueue.at_rest`,
+  docs/pysyncobj.md D36) for REST_AFTER stops watching the descriptor: its
+  timer's ticks, each heartbeat, read the answers to the last one, and are light.
+  A submitted command ends the rest through its tick.
+
 The work that blocks stays short and bounded: a follower's fsync before it
 acknowledges, and the leader's before it applies an entry (docs/pysyncobj.md
 D3); the loop reads no client bytes meanwhile, and what arrives rides in the
@@ -59,6 +64,12 @@ MAX_ROUNDS = 8  # ticks in a row while each dispatches events, before other call
 # and becoming leader makes a heartbeat due a heartbeat later. A timer that fires early
 # only sets itself again.
 ARMED_SOON = 0.02
+# Seconds a leader stays at rest (raft_node.at_rest: nothing under way but heartbeats)
+# before it stops watching its Raft sockets between timer ticks (D36). Under load an
+# entry is in flight every few milliseconds, so the watch is not turned off and on
+# again for each; idle, the acknowledgements of each heartbeat are read by the next
+# heartbeat's tick instead of waking the leader once or twice more each.
+REST_AFTER = 0.1
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
 # module stays free of pysyncobj imports, like everything but the patches and raft_node.
@@ -129,10 +140,12 @@ class LoopTicker:
         self._timer: asyncio.TimerHandle | None = None
         self._timed = False  # the timer is armed from start() on
         self._timer_at = 0.0  # when the armed timer fires (loop.time())
+        self._watching = False  # the loop watches the Raft sockets (not while a leader rests)
+        self._rest_since: float | None = None  # loop.time() of the first tick at rest in a row
 
     def start(self) -> None:
         self.running = self._timed = True
-        self.loop.add_reader(self._poller.fileno(), self._on_events)
+        self._watch(True)
         self._timer_at = self.loop.time()
         self._timer = self.loop.call_at(self._timer_at, self._on_timer)
 
@@ -140,7 +153,7 @@ class LoopTicker:
         if not self.running:
             return
         self.running = False
-        self.loop.remove_reader(self._poller.fileno())
+        self._watch(False)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -155,15 +168,39 @@ class LoopTicker:
     def _on_timer(self) -> None:
         self._timer = None
         if self.raft.timer_wait() <= TIMER_SLACK:
-            self._tick(light=False)  # timed work is due: a full tick (re-arms the timer as it ends)
+            # Timed work is due: a full tick (re-arms the timer as it ends), or for a
+            # resting leader a light one, which sends the heartbeat (D36).
+            self._tick(light=self._rest_since is not None)
         else:
             self._arm()
 
-    def _arm(self, light: bool = False) -> None:
+    def _watch(self, on: bool) -> None:
+        if on != self._watching:
+            self._watching = on
+            if on:
+                self.loop.add_reader(self._poller.fileno(), self._on_events)
+            else:
+                self.loop.remove_reader(self._poller.fileno())
+
+    def _rest(self, at_rest: bool | None) -> None:
+        """Watch the Raft sockets unless the node is a leader at rest for REST_AFTER:
+        then its timer's ticks (each heartbeat, at least) read them (D36). Whatever
+        ends the rest passes through a tick first (a command is submitted: `notify`).
+        `at_rest`: the node's answer, if the caller asked it just now."""
+        if not (self.raft.at_rest() if at_rest is None else at_rest):
+            self._rest_since = None
+            self._watch(True)
+        elif self._rest_since is None:
+            self._rest_since = self.loop.time()
+        elif self._watching and self.loop.time() - self._rest_since >= REST_AFTER:
+            self._watch(False)
+
+    def _arm(self, light: bool = False, at_rest: bool | None = None) -> None:
         """Set the timer for the node's next timed work, unless it is set sooner already
         (after a `light` tick: unless it fires within ARMED_SOON)."""
         if not (self.running and self._timed):
             return
+        self._rest(at_rest)
         if light and self._timer is not None and self._timer_at <= self.loop.time() + ARMED_SOON:
             return
         when = self.loop.time() + self.raft.timer_wait()
@@ -200,14 +237,22 @@ class LoopTicker:
         raft, poller = self.raft, self._poller
         self._in_tick = True
         try:
+            full = not light
             for _ in range(MAX_ROUNDS):
-                if not raft.tick_once(events_first=events_first, light=light):
+                if not raft.tick_once(events_first=events_first, light=not full):
                     raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                     return
+                # The events the tick's own poll handed out call for another tick, unless
+                # the node is a leader at rest: then they were acknowledgements of its
+                # heartbeats, whose handlers did all there was to do.
                 if not poller.dispatched:
                     self._arm(light)
                     return
+                if self._rest_since is not None and raft.at_rest():
+                    self._arm(light, at_rest=True)
+                    return
                 events_first = False  # the tick's own poll has just handed them out
+                full = False  # the rounds that follow a full tick are for the events it read
         finally:
             self._in_tick = False
         self._arm(light)

@@ -32,8 +32,9 @@ from haqueue.replication import applying
 from haqueue.replication import peer_link
 from haqueue.replication.member_dir import is_member_dir, mark_member
 from haqueue.replication.hot_path import HotPathMixin
-from haqueue.replication.membership import MembershipMixin
+from haqueue.replication.membership import MembershipMixin, queued_commands
 from haqueue.replication import transport as links
+from haqueue.replication.keepalives import NEVER, KeepalivePeriods, NextKeepalive
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
 from haqueue.replication.transport import SyncingTransport
 from haqueue.config.replication import RaftTiming, ReplicationSettings
@@ -50,6 +51,8 @@ POLLED_PERIOD = 0.02
 # Seconds a full tick's periodic checks hold for the light ticks that follow (D32):
 # under load a node ticks only for messages, and its checks still run this often.
 FULL_PERIOD = 0.02
+# ...and for a leader at rest (at_rest, D36), whose timer's ticks are light too.
+RESTING_FULL_PERIOD = 0.5
 
 # pysyncobj's state constants (_RAFT_STATE in syncobj.py).
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
@@ -96,9 +99,9 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
         self.snapshot_writer = self.snapshots.writer
         timing = settings.timing or RaftTiming()
-        self._keepalive_period = timing.heartbeat
+        self._keepalives = KeepalivePeriods.for_timing(timing.heartbeat, timing.connection_timeout)
         self._keepalive_slack = timing.heartbeat / 5
-        self._next_keepalive = 0.0
+        self._next_keepalive = NextKeepalive(0.0, 0.0)
         self._heartbeat = timing.heartbeat
         self.leader_fallback = timing.leader_fallback
         self._hear_window = timing.hear_window
@@ -253,12 +256,17 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self.observations.note_commit(self.raftCommitIndex, self.ticked_at)
         if self._isLeader():
             self.observations.note_followers(self.peer_match_indexes, self.ticked_at)
-        now = monotonic()
-        if now >= self._next_keepalive - self._keepalive_slack and self.transport is not None:
-            # Early by up to the slack: a tick that runs anyway (a heartbeat arrived)
-            # sends the keepalives, so the timer need not wake the node for them.
-            self._next_keepalive = now + self._keepalive_period
-            self.transport.keep_alive(self._keepalive_period - self._keepalive_slack)
+        transport = self.transport
+        if transport is not None and not self._isLeader():
+            # Early: a tick that runs anyway (a heartbeat arrived) sends the keepalives, so
+            # the timer need not wake the node for them, nor they the peer on their own.
+            # By up to the slack; while the leader's heartbeats come, by up to one of them
+            # (the quiet links' keepalives ride the heartbeat before they fall due, D35).
+            now = monotonic()
+            slack = self._keepalive_slack
+            ride = self._heartbeat if transport.leader_heard() > now - self._keepalives.leader_quiet_after else slack
+            if now >= self._keepalive_due() - slack or now >= self._next_keepalive.latest - ride:
+                self._next_keepalive = transport.keep_alive(self._keepalives, slack, ride)
         self._watch_majority()
         if self.transport is not None and self._isLeader():
             self.transport.watch_lease(self._hear_window)
@@ -270,6 +278,11 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
                 raise JournalError(journal.failed)
         if self.snapshots.due():
             self.forceLogCompaction()  # pysyncobj calls snapshots.write at its next tick
+        elif self.at_rest():
+            # Nothing a full tick checks can change while a leader rests (D36): its lease
+            # holds, so its leader fallback cannot strike; its links are up; its log and
+            # journal stand still. Its heartbeats go out in light ticks meanwhile.
+            self._full_until = monotonic() + RESTING_FULL_PERIOD
 
     def _light_tick(self) -> bool:
         """A tick for messages or commands (D32): pysyncobj's part is hot_path.py's
@@ -293,26 +306,34 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             raise JournalError(journal.failed)
         return True
 
+    def _keepalive_due(self) -> float:
+        # While the leader is heard, only the links' longer periods fall due (keepalives.py, D35).
+        if self.transport is None:
+            return self._next_keepalive.at(self._keepalives, NEVER)
+        return self.transport.keepalive_due(self._keepalives, self._next_keepalive)
+
     def timer_wait(self) -> float:
         """Seconds until this node next has timed work, if no message arrives and
         nothing is submitted meanwhile: the loop's timer sleeps until then (on_loop.py)
         instead of ticking every 20 ms whatever was due.
 
         A leader's heartbeat, a follower's election deadline, keepalives; never later
-        than a heartbeat and its slack from now (the leader fallback, the lease watch
-        and link timeouts are checked as ticks pass). While something is polled rather
-        than timed (a link being (re)connected, a campaign, a snapshot writer, the
-        periodic fsync policy's owed sync) the old short period applies."""
+        than a heartbeat and its slack from now for a leader (its leader fallback and
+        lease watch are checked as ticks pass), nor than the hear window for a follower
+        (a safety net: each heartbeat's tick sets the timer later). While something is
+        polled rather than timed (a link being (re)connected, a campaign, a snapshot
+        writer, the periodic fsync policy's owed sync) the old short period applies."""
         now = monotonic()
         # The keepalives' own time a little late: a tick that comes anyway sends them early.
-        # The cap is as late: capped at a heartbeat from the tick a heartbeat brought, a
+        # A leader's cap is as late: capped at a heartbeat from the tick a heartbeat brought, a
         # follower's timer fired just as the next heartbeat was due, and when it won the
         # race it found nothing due, 4-5 wake-ups a second for nothing (docs/benchmarks.md).
-        due = min(self._next_keepalive + self._keepalive_slack / 2,
-                  now + self._heartbeat + self._keepalive_slack / 2)
-        if self._isLeader():
-            due = min(due, self._SyncObj__newAppendEntriesTime)
+        # A follower that hears its leader has nothing due before the leader falls quiet
+        # (keepalives.py, D35): its timer never fires while the heartbeats come.
+        if self._isLeader():  # (which sends no keepalives: its heartbeats go to every peer)
+            due = min(self._SyncObj__newAppendEntriesTime, now + self._heartbeat + self._keepalive_slack / 2)
         else:
+            due = min(self._keepalive_due() + self._keepalive_slack / 2, now + self._hear_window)
             deadline = self._SyncObj__raftElectionDeadline
             due = min(due, deadline if deadline > now else now + POLLED_PERIOD)
         transport = self.transport
@@ -322,11 +343,42 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             due = min(due, now + POLLED_PERIOD)
         return max(0.0, due - now)
 
+    def at_rest(self) -> bool:
+        """Is this a leader with nothing under way (D36)? Every entry committed and
+        applied and held by every follower, every link up with nothing left to write, no
+        command queued, no hand-off, no snapshot written or owed. Only heartbeats and their acknowledgements go on,
+        and those it may read a heartbeat late: the lease and the leader fallback time
+        an acknowledgement from when its append was sent (lease.py), not when it is read."""
+        if (not self._isLeader() or self._transfer is not None or self.fatal_error is not None
+                or not self.snapshots.settled()):
+            return False
+        last = self._SyncObj__getCurrentLogIndex()
+        if self._SyncObj__raftCommitIndex != last or self.raftLastApplied != last:
+            return False
+        for index in self._SyncObj__raftMatchIndex.values():
+            if index != last:
+                return False
+        if queued_commands(self._SyncObj__commandsQueue):
+            return False
+        transport = self.transport
+        if transport is None or len(transport.peers_up) < len(self._SyncObj__otherNodes) or transport.writing():
+            return False
+        # Acknowledgements read a heartbeat late must still find the read lease held:
+        # otherwise the sockets are watched, and a lapsed lease is renewed as soon as
+        # the answers come (a read waits for it: server/connection.py).
+        return transport.lease.valid(links.lease_clock() + self._heartbeat, self.peers_for_majority(),
+                                     self._hear_window)
+
     def _watch_majority(self) -> None:
         """D9: track whether this node hears a majority; on regaining it, wait afresh."""
         if self.transport is None:
             return
-        heard = self._is_majority(self.transport.peers_heard_within(self._hear_window) + 1)
+        transport = self.transport
+        heard = (self._is_majority(transport.peers_heard_within(self._hear_window) + 1)
+                 # A follower that hears its leader stands with the majority that leader
+                 # answers to (D35): its links to the other followers fall quiet meanwhile,
+                 # and when the leader does, they wake long before any election timeout.
+                 or (not self._isLeader() and transport.leader_heard() > monotonic() - self._hear_window))
         if heard and not self._hears_majority and not self._isLeader():
             self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
         self._hears_majority = heard

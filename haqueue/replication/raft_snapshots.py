@@ -137,6 +137,20 @@ class RaftSnapshots:
             return snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
         return self.log_bytes > limit
 
+    def settled(self) -> bool:
+        """Nothing for a tick to watch or start: no writer running, no received state
+        being built, the log short of its limit (a snapshot owed waits only for a
+        failed writer's retry time, which only a full tick would see come)."""
+        if self.loading or self.writer.pid:
+            return False
+        node = self.node
+        limit = node.journal_limit
+        if limit is None:
+            return True
+        if node.journal is not None:
+            return not snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
+        return self.log_bytes <= limit
+
     def write(self, _pysyncobj_tmp: str, raft_data) -> None:
         """pysyncobj's serializer: fork the writer for the state as it is now."""
         self._covered = self.log_bytes  # what it covers, once written

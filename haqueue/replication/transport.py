@@ -39,7 +39,7 @@ from pysyncobj.config import FAIL_REASON  # noqa: E402
 from pysyncobj.tcp_connection import CONNECTION_STATE  # noqa: E402
 from pysyncobj.transport import TCPTransport  # noqa: E402
 
-from haqueue.replication import append_guard, prevote  # noqa: E402
+from haqueue.replication import append_guard, keepalives, prevote  # noqa: E402
 from haqueue.replication.election_events import ElectionEvents  # noqa: E402
 from haqueue.replication.lease import ReadLease  # noqa: E402
 
@@ -267,6 +267,13 @@ class SyncingTransport(TCPTransport):
                 count += 1
         return count
 
+    def writing(self) -> bool:
+        """Has a link bytes it could not write yet (it waits for its socket)?"""
+        for conn in self._connections.values():
+            if conn.getSendBufferSize():
+                return True
+        return False
+
     def _onNodeConnected(self, node):
         self.peers_up.add(node)
         super()._onNodeConnected(node)
@@ -322,20 +329,51 @@ class SyncingTransport(TCPTransport):
             table.pop(node, None)
         self.peers_up.discard(node)
 
-    def keep_alive(self, period: float) -> None:
-        """Send a message pysyncobj ignores (docs/pysyncobj.md D8) to every peer this
-        node has sent nothing to within `period`: any message keeps a link alive,
-        and a busy link needs no keepalive of its own (a leader's never idle: its
-        heartbeats go to every peer). With this node's term: a
-        leader counts a slow follower's keepalives only at its own term (D26)."""
-        if self._syncObj._isLeader():
-            return  # its heartbeats go to every peer every heartbeat (pysyncobj's appends)
-        since = monotonic() - period
+    def keep_alive(self, periods: keepalives.KeepalivePeriods, early: float, ride: float) -> keepalives.NextKeepalive:
+        """Send a message pysyncobj ignores (docs/pysyncobj.md D8) on every link that
+        needs one within `early` seconds, or whose longer period ends within `ride`
+        (the quiet links', sent with the heartbeat before), and say when the next one
+        falls due if nothing else is sent meanwhile. Any message keeps a link alive, and
+        how soon a link needs one depends on whether this node hears a leader
+        (keepalives.py, D35).
+        A leader sends none: its heartbeats go to every peer every heartbeat. With this
+        node's term: a leader counts a slow follower's keepalives only at its own term (D26)."""
+        sync_obj = self._syncObj
+        now = monotonic()
+        if sync_obj._isLeader():
+            return keepalives.NextKeepalive(now + periods.busy, now + periods.busy)
+        leader = sync_obj._SyncObj__raftLeader
+        heard_at = self.leader_heard()
         sent_at = self._sent_at
-        message = {**KEEPALIVE, "term": self._syncObj.raftCurrentTerm}
+        message = None
+        next_due = keepalives.NextKeepalive(now + periods.quiet, now + periods.busy)
         for node in list(self.peers_up):
-            if sent_at.get(node, float("-inf")) <= since:
+            to_leader = node == leader
+            link = keepalives.link_due(periods, sent_at.get(node, keepalives.NEVER), to_leader)
+            if link.at(periods, heard_at) <= now + early or (not to_leader and link.latest <= now + ride):
+                if message is None:
+                    message = {**KEEPALIVE, "term": sync_obj.raftCurrentTerm}
                 self.send(node, message)
+                link = keepalives.link_due(periods, now, to_leader)
+            if not to_leader:  # the leader's link moves with every acknowledgement: keepalive_due
+                next_due = keepalives.earliest(next_due, link)
+        return next_due
+
+    def keepalive_due(self, periods: keepalives.KeepalivePeriods, others: keepalives.NextKeepalive) -> float:
+        """When this node's next keepalive falls due: `others` (keep_alive's answer) read
+        against the leader's newest heartbeat, and the leader's link against this node's
+        newest acknowledgement (both move on every heartbeat, between keep_alive's calls)."""
+        heard_at = self.leader_heard()
+        due = others.at(periods, heard_at)
+        leader = self._syncObj._SyncObj__raftLeader
+        if leader is not None and leader in self.peers_up:
+            to_leader = keepalives.link_due(periods, self._sent_at.get(leader, keepalives.NEVER), True)
+            due = min(due, to_leader.at(periods, heard_at))
+        return due
+
+    def leader_heard(self) -> float:
+        """When this node last heard the leader it follows (keepalives.NEVER: none)."""
+        return self.leader_heard_at if self._syncObj._SyncObj__raftLeader is not None else keepalives.NEVER
 
     # ------------------------------------------------------------ leaving
     def send(self, node, message):

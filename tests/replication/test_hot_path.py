@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from haqueue.core.commands import PUT, encode_batch
-from haqueue.replication.raft_node import FULL_PERIOD
+from haqueue.replication.raft_node import FULL_PERIOD, RESTING_FULL_PERIOD
 from tests.support.ticked import ticked_cluster
 
 
@@ -43,8 +43,10 @@ def test_a_light_tick_leaves_the_periodic_checks_to_a_full_tick(light_cluster):
     cluster = light_cluster
     leader = cluster.leader()
     cluster.paused.update(cluster.followers())
+    cluster.submit(leader, put(0))  # an entry no follower holds: the leader is not at rest (D36)
     leader.tick(0)
     leader.tick(0)  # full, and what the followers had sent is read
+    assert not leader.at_rest()
     responses = leader._SyncObj__lastResponseTime
 
     def silent_for_ever():  # as if no follower had answered since the clock began
@@ -58,6 +60,35 @@ def test_a_light_tick_leaves_the_periodic_checks_to_a_full_tick(light_cluster):
     silent_for_ever()
     leader.tick(0, light=True)  # FULL_PERIOD since the last full tick: this one is full
     assert not leader._isLeader()
+
+
+def test_a_leader_at_rest_ticks_lightly_until_anything_is_under_way(light_cluster):
+    # D36: at rest (everything committed and held by every follower, the lease held a
+    # heartbeat ahead) nothing a full tick checks can change, so its light ticks hold
+    # for RESTING_FULL_PERIOD; an entry under way brings FULL_PERIOD back.
+    cluster = light_cluster
+    leader = cluster.leader()
+    cluster.run_until(leader.at_rest, seconds=1, what="the leader at rest")
+    leader.tick(0)  # full
+    full_until = leader._full_until
+    assert full_until >= cluster.clock() + RESTING_FULL_PERIOD - 1e-9
+    cluster.run(seconds=RESTING_FULL_PERIOD / 2)
+    assert leader._full_until == full_until, "a full tick ran while the leader rested"
+    cluster.submit(leader, put(1))
+    assert not leader.at_rest()  # queued, not yet appended
+    cluster.paused.update(cluster.followers())  # nobody acknowledges it
+    leader.tick(0)
+    assert not leader.at_rest() and leader._full_until <= cluster.clock() + FULL_PERIOD
+
+
+def test_a_leader_is_not_at_rest_unless_its_lease_holds_a_heartbeat_ahead(light_cluster):
+    cluster = light_cluster
+    leader = cluster.leader()
+    cluster.run_until(leader.at_rest, seconds=1, what="the leader at rest")
+    cluster.paused.update(cluster.followers())  # their answers stop
+    lapsing = cluster.run_until(lambda: not leader.at_rest(), seconds=1, what="the rest ending")
+    assert leader.read_lease_valid(), "the rest must end before the lease lapses, not after"
+    assert lapsing < cluster.timing.hear_window
 
 
 def test_light_ticks_step_a_cut_off_leader_down_and_elect_another(light_cluster):

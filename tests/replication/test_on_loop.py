@@ -22,7 +22,7 @@ from haqueue.core.commands import encode_batch
 from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
 from haqueue.config.fsync_policy import NEVER
 from haqueue.config.replication import ReplicationSettings
-from haqueue.replication.on_loop import ARMED_SOON, EpollPoller, LoopTicker
+from haqueue.replication.on_loop import ARMED_SOON, REST_AFTER, EpollPoller, LoopTicker
 from haqueue.replication.raft_node import ReplicatedQueue
 from tests.support.ticked import free_ports
 
@@ -117,6 +117,23 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
             while any(node.raftLastApplied < leader.raftCommitIndex for node in nodes):
                 assert loop.time() < deadline + 5, "a follower never applied the committed entries"
                 await asyncio.sleep(0.01)
+            # Idle, the leader rests (D36): it stops watching its sockets, its heartbeats'
+            # answers read by its timer's ticks, and its lease holds all along...
+            ticker = leader._ticker
+            while ticker._watching:
+                assert loop.time() < deadline + 10, "the idle leader never came to rest"
+                await asyncio.sleep(0.01)
+            rest_ends = loop.time() + 1.0
+            while loop.time() < rest_ends:
+                assert leader.read_lease_valid() and leader._isLeader(), "the lease lapsed while the leader rested"
+                await asyncio.sleep(0.02)
+            # ...and an entry submitted wakes it: committed as before.
+            done = loop.create_future()
+            leader.submit(encode_batch(2_000, [(C.PUT, "default", 1024, 0, 60_000, b"late")]),
+                          lambda result, error: done.set_result((result, error)))
+            result, error = await asyncio.wait_for(done, 5)
+            assert error == raft_node.FAIL_SUCCESS and result.results[0][0] == "INSERTED"
+            assert ticker._watching  # until it rests again
         finally:
             for node in nodes:
                 node.stop()
@@ -131,14 +148,50 @@ def test_three_nodes_on_one_loop_commit_with_no_tick_thread_and_answer_on_the_lo
 
 
 class _IdleRaft:
-    """What LoopTicker reads of a node: its poller and when its next timed work is due."""
+    """What LoopTicker reads of a node: its poller, when its next timed work is due, and
+    whether it is a leader at rest."""
 
-    def __init__(self, wait: float) -> None:
+    def __init__(self, wait: float, resting: bool = False) -> None:
         self.epoll_poller = EpollPoller()
         self.wait = wait
+        self.resting = resting
 
     def timer_wait(self) -> float:
         return self.wait
+
+    def at_rest(self) -> bool:
+        return self.resting
+
+
+def test_a_leader_at_rest_stops_watching_its_sockets_after_a_while_and_watches_again_when_it_wakes():
+    loop = uvloop.new_event_loop()
+    raft = _IdleRaft(wait=0.05, resting=True)
+    ticker = LoopTicker(raft, loop)
+    woken: list = []
+    ticker._on_events = lambda: woken.append(raft.epoll_poller.poll(0))  # (what the loop calls)
+    a, b = socket.socketpair()
+    raft.epoll_poller.subscribe(a.fileno(), lambda fd, mask: a.recv(100), READ)
+    try:
+        ticker.start()
+        ticker._arm()
+        assert ticker._watching, "at rest only since this tick"
+        ticker._rest_since -= 2 * REST_AFTER  # at rest all along since then
+        ticker._arm()
+        assert not ticker._watching
+        b.send(b"an acknowledgement")
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert woken == [], "the loop still watched the sockets"
+        raft.resting = False  # a command was submitted: its tick ends the rest
+        ticker._arm()
+        assert ticker._watching and ticker._rest_since is None
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert woken, "the loop did not watch the sockets again"
+    finally:
+        ticker.stop()
+        loop.close()
+        raft.epoll_poller.close()
+        a.close()
+        b.close()
 
 
 def test_a_due_timer_is_set_again_later_on_uvloop_whose_call_at_returns_a_plain_handle():
