@@ -22,7 +22,11 @@ from haqueue.config.fsync_policy import DEFAULT_FSYNC_MS, FsyncPolicy
 class RaftTiming:
     """Raft timing in seconds. The defaults aim at failover well under 1.5 s."""
 
-    heartbeat: float = 0.05  # appendEntriesPeriod
+    # appendEntriesPeriod. What an idle cluster costs, a wake-up of every node each
+    # (docs/benchmarks.md: idle CPU per node); under load appends flow anyway. At least
+    # four fit in election_min, and twice it within hear_window: an idle leader reads its
+    # heartbeats' answers a heartbeat late, its lease still held (docs/pysyncobj.md D36).
+    heartbeat: float = 0.075
     election_min: float = 0.3  # raftMinTimeout
     election_max: float = 0.6  # raftMaxTimeout
     # A leader that has heard from no majority for this long steps down
