@@ -70,6 +70,10 @@ ARMED_SOON = 0.02
 # again for each; idle, the acknowledgements of each heartbeat are read by the next
 # heartbeat's tick instead of waking the leader once or twice more each.
 REST_AFTER = 0.1
+# While the sockets are watched, whether the node rests is asked at most this often (it
+# reads a dozen things of the node's, and under load a leader is at rest between entries):
+# REST_AFTER only has to pass with every look finding it at rest. Unwatched, every tick asks.
+REST_CHECK = 0.02
 
 # pysyncobj.poller.POLL_EVENT_TYPE's values (pysyncobj_patches checks them): this
 # module stays free of pysyncobj imports, like everything but the patches and raft_node.
@@ -142,6 +146,7 @@ class LoopTicker:
         self._timer_at = 0.0  # when the armed timer fires (loop.time())
         self._watching = False  # the loop watches the Raft sockets (not while a leader rests)
         self._rest_since: float | None = None  # loop.time() of the first tick at rest in a row
+        self._rest_asked = float("-inf")  # loop.time() when the node was last asked (REST_CHECK)
 
     def start(self) -> None:
         self.running = self._timed = True
@@ -187,12 +192,18 @@ class LoopTicker:
         then its timer's ticks (each heartbeat, at least) read them (D36). Whatever
         ends the rest passes through a tick first (a command is submitted: `notify`).
         `at_rest`: the node's answer, if the caller asked it just now."""
-        if not (self.raft.at_rest() if at_rest is None else at_rest):
+        now = self.loop.time()
+        if at_rest is None:
+            if self._watching and now < self._rest_asked + REST_CHECK:
+                return
+            at_rest = self.raft.at_rest()
+        self._rest_asked = now
+        if not at_rest:
             self._rest_since = None
             self._watch(True)
         elif self._rest_since is None:
-            self._rest_since = self.loop.time()
-        elif self._watching and self.loop.time() - self._rest_since >= REST_AFTER:
+            self._rest_since = now
+        elif self._watching and now - self._rest_since >= REST_AFTER:
             self._watch(False)
 
     def _arm(self, light: bool = False, at_rest: bool | None = None) -> None:
@@ -243,12 +254,12 @@ class LoopTicker:
                     raft.stop()  # the node must stop (docs/pysyncobj.md D11): say nothing more
                     return
                 # The events the tick's own poll handed out call for another tick, unless
-                # the node is a leader at rest: then they were acknowledgements of its
-                # heartbeats, whose handlers did all there was to do.
+                # the node is a leader at rest (its timer's tick read them): then they were
+                # acknowledgements of its heartbeats, whose handlers did all there was to do.
                 if not poller.dispatched:
                     self._arm(light)
                     return
-                if self._rest_since is not None and raft.at_rest():
+                if not self._watching and raft.at_rest():
                     self._arm(light, at_rest=True)
                     return
                 events_first = False  # the tick's own poll has just handed them out

@@ -175,7 +175,8 @@ def test_a_leader_at_rest_stops_watching_its_sockets_after_a_while_and_watches_a
         ticker.start()
         ticker._arm()
         assert ticker._watching, "at rest only since this tick"
-        ticker._rest_since -= 2 * REST_AFTER  # at rest all along since then
+        ticker._rest_since -= 2 * REST_AFTER  # at rest all along since then,
+        ticker._rest_asked -= 2 * REST_AFTER  # last asked back then
         ticker._arm()
         assert not ticker._watching
         b.send(b"an acknowledgement")
