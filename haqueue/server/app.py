@@ -122,6 +122,10 @@ class QueueServer:
         # Closed connections' reservations on their way back, and the reads that wait for them.
         self.drops = Drops(lambda session: self.dirty.add(session))  # self.dirty: a new set per entry
         self.serving = False
+        # Set while this node does not lead (Raft's role, not `serving`): what waits for a
+        # leader to step down awaits it instead of asking every so often (removal_watch.py).
+        self.not_leading = asyncio.Event()
+        self.not_leading.set()
         self.draining = False
         self.epoch = 0
         self.conn_serial = 0
@@ -263,6 +267,10 @@ class QueueServer:
     # ------------------------------------------------------------ leadership
     def _role_changed(self, role: str, term: int) -> None:
         log.info("raft role: %s (term %s)", role, term)
+        if role == "leader":
+            self.not_leading.clear()
+        else:
+            self.not_leading.set()
         if role == "leader":
             if self._leader_task is None or self._leader_task.done():
                 self._leader_task = self.loop.create_task(self._become_leader())

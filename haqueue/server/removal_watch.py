@@ -1,6 +1,7 @@
 """A node removed from the Raft group stops for good (replication/removal.py says how it knows).
 
-Every LOOK seconds a Raft member that is not the leader checks: did it apply a
+Every LOOK seconds a Raft member that is not the leader (a leader waits until it
+steps down) checks: did it apply a
 committed entry removing itself, or, when it has no live link to a leader,
 does a serving leader among the nodes it can name (its cluster file, and the
 members additions announced: roster.py) show it removed? If so it records the
@@ -30,9 +31,12 @@ async def watch(server) -> None:
     while True:
         await asyncio.sleep(LOOK)
         replica = server.replica
-        status = replica.status()
-        if status.get("role") == "leader":
+        if replica.is_leader():
+            # A leader is removed only after it stepped down: nothing to look at until then,
+            # and no wake-up a second on an idle leader (docs/benchmarks.md, idle nodes).
+            await server.not_leading.wait()
             continue
+        status = replica.status()
         if replica.removed_by_entry():
             line = (f"{options.node_id or me} was removed from the cluster by a committed entry of its log "
                     f"(term {status.get('term', '?')}; members now {', '.join(status.get('members') or [])}): "
