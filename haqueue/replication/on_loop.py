@@ -147,6 +147,7 @@ class LoopTicker:
         self._watching = False  # the loop watches the Raft sockets (not while a leader rests)
         self._rest_since: float | None = None  # loop.time() of the first tick at rest in a row
         self._rest_asked = float("-inf")  # loop.time() when the node was last asked (REST_CHECK)
+        self._timer_asked = float("-inf")  # loop.time() when timer_wait last set the timer
 
     def start(self) -> None:
         self.running = self._timed = True
@@ -212,9 +213,16 @@ class LoopTicker:
         if not (self.running and self._timed):
             return
         self._rest(at_rest)
-        if light and self._timer is not None and self._timer_at <= self.loop.time() + ARMED_SOON:
+        now = self.loop.time()
+        if light and self._timer is not None and (self._timer_at <= now + ARMED_SOON
+                                                  or now < self._timer_asked + REARM_LATER):
+            # Left as it is: due soon, or set from the node's answer less than
+            # REARM_LATER ago (under load a node ticks for messages every millisecond or
+            # so: asking after each cost more than a timer that fires early now and then,
+            # which only sets itself again).
             return
-        when = self.loop.time() + self.raft.timer_wait()
+        self._timer_asked = now
+        when = now + self.raft.timer_wait()
         timer = self._timer
         if timer is not None:
             if when - REARM_LATER <= self._timer_at <= when + TIMER_SLACK:

@@ -363,12 +363,15 @@ class SyncingTransport(TCPTransport):
         """When this node's next keepalive falls due: `others` (keep_alive's answer) read
         against the leader's newest heartbeat, and the leader's link against this node's
         newest acknowledgement (both move on every heartbeat, between keep_alive's calls)."""
-        heard_at = self.leader_heard()
-        due = others.at(periods, heard_at)
+        # keepalives.due, written out: a follower asks after its ticks (timer_wait).
         leader = self._syncObj._SyncObj__raftLeader
-        if leader is not None and leader in self.peers_up:
-            to_leader = keepalives.link_due(periods, self._sent_at.get(leader, keepalives.NEVER), True)
-            due = min(due, to_leader.at(periods, heard_at))
+        if leader is None:
+            return min(others.latest, others.if_quiet)
+        quiet_at = self.leader_heard_at + periods.leader_quiet_after
+        due = min(others.latest, max(others.if_quiet, quiet_at))
+        if leader in self.peers_up:
+            sent = self._sent_at.get(leader, keepalives.NEVER)
+            due = min(due, sent + periods.to_leader, max(sent + periods.busy, quiet_at))
         return due
 
     def leader_heard(self) -> float:

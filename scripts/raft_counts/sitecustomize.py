@@ -41,9 +41,9 @@ if os.environ.get("HQ_COUNTS"):
     def _wrap(cls, name, count):
         original = getattr(cls, name)
 
-        def wrapper(self, *args):
+        def wrapper(self, *args, **kwargs):  # (tick takes light=, hot_path.py D32)
             count(*args)
-            return original(self, *args)
+            return original(self, *args, **kwargs)
 
         setattr(cls, name, wrapper)
 

@@ -94,8 +94,11 @@ def test_once_the_leader_falls_quiet_the_followers_keep_each_other_heard_every_h
             return (a.transport.last_heard[b.selfNode] > since and b.transport.last_heard[a.selfNode] > since
                     and a._hears_majority and b._hears_majority)
 
-        # Until the first election timeout can run out, each hears the other all along.
-        cluster.run_while(hear_each_other, seconds=stopped_at + timing.election_min - cluster.clock(),
+        # Until the first election timeout can run out (election_min after the last
+        # heartbeat either heard), each hears the other all along.
+        last_heartbeat = min(a.transport.leader_heard_at, b.transport.leader_heard_at)
+        assert last_heartbeat <= stopped_at
+        cluster.run_while(hear_each_other, seconds=last_heartbeat + timing.election_min - cluster.clock(),
                           what="the followers hearing each other")
         assert not (a._isLeader() or b._isLeader())
         # Hearing each other, they elected one of them.
@@ -115,7 +118,7 @@ def test_a_follower_that_hears_its_leader_sets_no_timer_before_the_leader_falls_
         cluster.run(seconds=1.0)
         # Just after a heartbeat's tick, with the followers' own keepalive not due for a while.
         cluster.run_until(lambda: a.transport.leader_heard() == cluster.clock()
-                          and a._next_keepalive.latest > cluster.clock() + 1.5 * heartbeat,
+                          and a._next_keepalive.latest > cluster.clock() + periods.leader_quiet_after,
                           seconds=1.0, what="a heartbeat's tick")
         heard = a.transport.leader_heard()
         armed = a.timer_wait()

@@ -22,7 +22,7 @@ from haqueue.core.commands import encode_batch
 from haqueue.replication import raft_node  # noqa: F401  (installs the patches: the poller below is pysyncobj's)
 from haqueue.config.fsync_policy import NEVER
 from haqueue.config.replication import ReplicationSettings
-from haqueue.replication.on_loop import ARMED_SOON, REST_AFTER, EpollPoller, LoopTicker
+from haqueue.replication.on_loop import ARMED_SOON, REARM_LATER, REST_AFTER, EpollPoller, LoopTicker
 from haqueue.replication.raft_node import ReplicatedQueue
 from tests.support.ticked import free_ports
 
@@ -215,8 +215,9 @@ def test_a_due_timer_is_set_again_later_on_uvloop_whose_call_at_returns_a_plain_
 
 def test_after_a_light_tick_a_timer_due_soon_is_left_and_a_later_one_is_set_again():
     # A light tick cannot bring the node's next work closer than ARMED_SOON (on_loop.py):
-    # a timer that fires within that long stays as it is, without asking the node;
-    # one set later is set again for the node's (closer) deadline.
+    # a timer that fires within that long stays as it is, without asking the node, and so
+    # does one set from the node's answer less than REARM_LATER ago; one set later, and
+    # longer ago, is set again for the node's (closer) deadline.
     loop = uvloop.new_event_loop()
     raft = _IdleRaft(wait=ARMED_SOON / 2)
     ticker = LoopTicker(raft, loop)
@@ -231,6 +232,9 @@ def test_after_a_light_tick_a_timer_due_soon_is_left_and_a_later_one_is_set_agai
         ticker._arm()  # a full tick moved the deadline far on
         assert ticker._timer_at >= loop.time() + 0.49
         raft.wait = 0.05
+        ticker._arm(light=True)  # asked just now (the full tick above): left as it is
+        assert ticker._timer_at >= loop.time() + 0.49
+        ticker._timer_asked -= REARM_LATER  # asked that long ago
         ticker._arm(light=True)  # not due soon: the node is asked, its deadline is closer
         assert ticker._timer_at <= loop.time() + 0.051
     finally:
