@@ -11,10 +11,13 @@ else went out on it lately, and how lately depends on what it is for:
 - While the leader is heard, its own link needs one only when this node's
   acknowledgements wait (a slow disk, D26): each `to_leader` period, a few
   per leader fallback.
-- And the links to the other followers need one only so that their
-  connection timeout does not drop them: each `quiet` period. They used to
-  get one every heartbeat, each waking the other follower (a third of an
-  idle follower's wake-ups, docs/benchmarks.md).
+- And the links to the other followers need one only so that each follower
+  hears the others within the hear window (a follower cut off from the leader
+  alone must still hear a majority, D9) and their connection timeout does not
+  drop them: each `quiet` period, a little under the hear window, in practice
+  with every second heartbeat. They used to get one every heartbeat, each
+  waking the other follower (a third of an idle follower's wake-ups,
+  docs/benchmarks.md).
 
 A leader not heard for `leader_quiet_after` (two heartbeats) is not
 heard: the links get the `busy` period again from then, long before anyone's
@@ -36,9 +39,14 @@ class KeepalivePeriods:
     leader_quiet_after: float  # a leader silent this long is no longer heard
 
     @classmethod
-    def for_timing(cls, heartbeat: float, connection_timeout: float) -> "KeepalivePeriods":
+    def for_timing(cls, heartbeat: float, connection_timeout: float, hear_window: float) -> "KeepalivePeriods":
+        # quiet: within the hear window by half a heartbeat, so that a follower cut off
+        # from the leader alone still hears a majority all along (D9: it asks for
+        # pre-votes, refused while the others hear the leader, granted as soon as they
+        # stop); sent with every second heartbeat (raft_node rides them on its ticks).
         return cls(busy=heartbeat, to_leader=2 * heartbeat,
-                   quiet=max(heartbeat, connection_timeout / 3), leader_quiet_after=2 * heartbeat)
+                   quiet=max(heartbeat, min(connection_timeout / 3, hear_window - heartbeat / 2)),
+                   leader_quiet_after=2 * heartbeat)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self.snapshots = RaftSnapshots(self, self.dump_path, clock=monotonic)  # docs/pysyncobj.md D5
         self.snapshot_writer = self.snapshots.writer
         timing = settings.timing or RaftTiming()
-        self._keepalives = KeepalivePeriods.for_timing(timing.heartbeat, timing.connection_timeout)
+        self._keepalives = KeepalivePeriods.for_timing(timing.heartbeat, timing.connection_timeout, timing.hear_window)
         self._keepalive_slack = timing.heartbeat / 5
         self._next_keepalive = NextKeepalive(0.0, 0.0)
         self._heartbeat = timing.heartbeat
@@ -260,11 +260,13 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         if transport is not None and not self._isLeader():
             # Early: a tick that runs anyway (a heartbeat arrived) sends the keepalives, so
             # the timer need not wake the node for them, nor they the peer on their own.
-            # By up to the slack; while the leader's heartbeats come, by up to one of them
-            # (the quiet links' keepalives ride the heartbeat before they fall due, D35).
+            # By up to the slack; while the leader's heartbeats come, the quiet links' by up
+            # to half of one (they ride the heartbeat that comes nearest before they fall
+            # due, however late it is, and not the one before it: D35).
             now = monotonic()
             slack = self._keepalive_slack
-            ride = self._heartbeat if transport.leader_heard() > now - self._keepalives.leader_quiet_after else slack
+            ride = (self._heartbeat / 2 if transport.leader_heard() > now - self._keepalives.leader_quiet_after
+                    else slack)
             if now >= self._keepalive_due() - slack or now >= self._next_keepalive.latest - ride:
                 self._next_keepalive = transport.keep_alive(self._keepalives, slack, ride)
         self._watch_majority()

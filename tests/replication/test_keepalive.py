@@ -34,7 +34,8 @@ def _count_keepalives(cluster) -> tuple[Counter, list]:
 
 
 def _periods(cluster) -> KeepalivePeriods:
-    return KeepalivePeriods.for_timing(cluster.timing.heartbeat, cluster.timing.connection_timeout)
+    return KeepalivePeriods.for_timing(cluster.timing.heartbeat, cluster.timing.connection_timeout,
+                                       cluster.timing.hear_window)
 
 
 def test_while_the_leader_is_heard_only_the_followers_link_gets_keepalives_and_only_for_its_timeout():
@@ -60,13 +61,13 @@ def test_while_the_leader_is_heard_only_the_followers_link_gets_keepalives_and_o
         # Idle, the leader's heartbeats and their acknowledgements keep its links busy.
         assert counts[(me, fa)] == counts[(me, fb)] == counts[(fa, me)] == counts[(fb, me)] == 0, counts
         # The followers' own link carries nothing else: kept alive both ways, once a quiet
-        # period (well within the connection timeout; sent with the heartbeat before it
-        # ends, so up to a heartbeat early), not once a heartbeat.
+        # period (within the hear window and the connection timeout; sent with the
+        # heartbeat before it ends, so up to a heartbeat early), not once a heartbeat.
         fewest, most = idle / periods.quiet - 1, idle / (periods.quiet - cluster.timing.heartbeat) + 1
         for link in ((fa, fb), (fb, fa)):
             assert fewest <= counts[link] <= most, (link, counts, fewest, most)
-        assert periods.quiet * 2 < cluster.timing.connection_timeout
-        assert counts[(fa, fb)] <= idle / cluster.timing.heartbeat / 2, counts
+        assert periods.quiet < cluster.timing.hear_window and periods.quiet * 2 < cluster.timing.connection_timeout
+        assert counts[(fa, fb)] <= 0.6 * idle / cluster.timing.heartbeat, counts
 
 
 def test_once_the_leader_falls_quiet_the_followers_keep_each_other_heard_every_heartbeat():
