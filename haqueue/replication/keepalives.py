@@ -63,16 +63,10 @@ class NextKeepalive:
         return min(self.latest, max(self.if_quiet, leader_heard_at + periods.leader_quiet_after))
 
 
-def due(periods: KeepalivePeriods, last_sent: float, to_leader: bool, leader_heard_at: float) -> float:
-    """When a link on which this node last sent something at `last_sent` needs a
-    keepalive, if nothing else goes out on it first. `to_leader`: the link is to
-    the leader last heard at `leader_heard_at` (NEVER: no leader)."""
-    return link_due(periods, last_sent, to_leader).at(periods, leader_heard_at)
-
-
 def link_due(periods: KeepalivePeriods, last_sent: float, to_leader: bool) -> NextKeepalive:
-    """A link's next keepalive, however the leader fares: the longer period holds
-    while it is heard, the busy one once it falls quiet."""
+    """A link's next keepalive, however the leader fares, if nothing else goes out on
+    it after `last_sent`: the longer period holds while the leader is heard, the busy
+    one once it falls quiet. `to_leader`: the link is to the leader."""
     return NextKeepalive(last_sent + (periods.to_leader if to_leader else periods.quiet),
                          last_sent + periods.busy)
 

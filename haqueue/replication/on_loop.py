@@ -188,12 +188,11 @@ class LoopTicker:
             else:
                 self.loop.remove_reader(self._poller.fileno())
 
-    def _rest(self, at_rest: bool | None) -> None:
+    def _rest(self, at_rest: bool | None, now: float) -> None:
         """Watch the Raft sockets unless the node is a leader at rest for REST_AFTER:
         then its timer's ticks (each heartbeat, at least) read them (D36). Whatever
         ends the rest passes through a tick first (a command is submitted: `notify`).
-        `at_rest`: the node's answer, if the caller asked it just now."""
-        now = self.loop.time()
+        `at_rest`: the node's answer, if the caller asked it just now; `now`: loop.time()."""
         if at_rest is None:
             if self._watching and now < self._rest_asked + REST_CHECK:
                 return
@@ -212,8 +211,8 @@ class LoopTicker:
         (after a `light` tick: unless it fires within ARMED_SOON)."""
         if not (self.running and self._timed):
             return
-        self._rest(at_rest)
         now = self.loop.time()
+        self._rest(at_rest, now)
         if light and self._timer is not None and (self._timer_at <= now + ARMED_SOON
                                                   or now < self._timer_asked + REARM_LATER):
             # Left as it is: due soon, or set from the node's answer less than

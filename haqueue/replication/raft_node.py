@@ -348,9 +348,10 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
     def at_rest(self) -> bool:
         """Is this a leader with nothing under way (D36)? Every entry committed and
         applied and held by every follower, every link up with nothing left to write, no
-        command queued, no hand-off, no snapshot written or owed. Only heartbeats and their acknowledgements go on,
-        and those it may read a heartbeat late: the lease and the leader fallback time
-        an acknowledgement from when its append was sent (lease.py), not when it is read."""
+        command queued, no hand-off, no snapshot written or owed. Only heartbeats and
+        their acknowledgements go on, and those it may read a heartbeat late: the lease
+        and the leader fallback time an acknowledgement from when its append was sent
+        (lease.py), not when it is read."""
         if (not self._isLeader() or self._transfer is not None or self.fatal_error is not None
                 or not self.snapshots.settled()):
             return False

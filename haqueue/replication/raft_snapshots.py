@@ -129,27 +129,23 @@ class RaftSnapshots:
 
     def due(self) -> bool:
         """Fold the log into a snapshot now? (the one trigger; see the module docstring)"""
-        node = self.node
-        limit = node.journal_limit
-        if limit is None or self.loading or not self.writer.may_start():
-            return False
-        if node.journal is not None:
-            return snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
-        return self.log_bytes > limit
+        return not self.loading and self.writer.may_start() and self._past_limit()
 
     def settled(self) -> bool:
         """Nothing for a tick to watch or start: no writer running, no received state
         being built, the log short of its limit (a snapshot owed waits only for a
         failed writer's retry time, which only a full tick would see come)."""
-        if self.loading or self.writer.pid:
-            return False
+        return not (self.loading or self.writer.pid or self._past_limit())
+
+    def _past_limit(self) -> bool:
+        """Has the log grown past what makes a snapshot due (-s)?"""
         node = self.node
         limit = node.journal_limit
         if limit is None:
-            return True
+            return False
         if node.journal is not None:
-            return not snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
-        return self.log_bytes <= limit
+            return snapshot.journal_due(node.journal.size, limit, node.observations.last_snapshot_bytes or 0)
+        return self.log_bytes > limit
 
     def write(self, _pysyncobj_tmp: str, raft_data) -> None:
         """pysyncobj's serializer: fork the writer for the state as it is now."""

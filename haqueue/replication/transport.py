@@ -363,7 +363,8 @@ class SyncingTransport(TCPTransport):
         """When this node's next keepalive falls due: `others` (keep_alive's answer) read
         against the leader's newest heartbeat, and the leader's link against this node's
         newest acknowledgement (both move on every heartbeat, between keep_alive's calls)."""
-        # keepalives.due, written out: a follower asks after its ticks (timer_wait).
+        # link_due(...).at(...) written out, without the objects: a follower asks after its
+        # ticks (timer_wait).
         leader = self._syncObj._SyncObj__raftLeader
         if leader is None:
             return min(others.latest, others.if_quiet)

@@ -269,12 +269,10 @@ class QueueServer:
         log.info("raft role: %s (term %s)", role, term)
         if role == "leader":
             self.not_leading.clear()
-        else:
-            self.not_leading.set()
-        if role == "leader":
             if self._leader_task is None or self._leader_task.done():
                 self._leader_task = self.loop.create_task(self._become_leader())
         else:
+            self.not_leading.set()
             self._step_down()
 
     async def _become_leader(self) -> None:

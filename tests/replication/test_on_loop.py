@@ -168,7 +168,14 @@ def test_a_leader_at_rest_stops_watching_its_sockets_after_a_while_and_watches_a
     raft = _IdleRaft(wait=0.05, resting=True)
     ticker = LoopTicker(raft, loop)
     woken: list = []
-    ticker._on_events = lambda: woken.append(raft.epoll_poller.poll(0))  # (what the loop calls)
+    arrived = loop.create_future()
+
+    def on_events() -> None:  # (what the loop calls when the descriptor is ready)
+        woken.append(raft.epoll_poller.poll(0))
+        if not arrived.done():
+            arrived.set_result(None)
+
+    ticker._on_events = on_events
     a, b = socket.socketpair()
     raft.epoll_poller.subscribe(a.fileno(), lambda fd, mask: a.recv(100), READ)
     try:
@@ -180,13 +187,14 @@ def test_a_leader_at_rest_stops_watching_its_sockets_after_a_while_and_watches_a
         ticker._arm()
         assert not ticker._watching
         b.send(b"an acknowledgement")
+        # A wake-up that must not come has no event to await: the loop runs a while.
         loop.run_until_complete(asyncio.sleep(0.05))
         assert woken == [], "the loop still watched the sockets"
         raft.resting = False  # a command was submitted: its tick ends the rest
         ticker._arm()
         assert ticker._watching and ticker._rest_since is None
-        loop.run_until_complete(asyncio.sleep(0.05))
-        assert woken, "the loop did not watch the sockets again"
+        loop.run_until_complete(asyncio.wait_for(arrived, 5))  # the waiting answer wakes it now
+        assert woken
     finally:
         ticker.stop()
         loop.close()

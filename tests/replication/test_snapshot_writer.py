@@ -22,7 +22,7 @@ from haqueue.core.state import QueueState
 from haqueue.replication import snapshot_writer
 from haqueue.replication.observed import RaftObservations
 from haqueue.replication.snapshot_writer import SnapshotWriter
-from tests.support.ticked import TickedCluster, ticked_cluster
+from tests.support.ticked import TickedCluster, VirtualClock, ticked_cluster
 
 LIMIT = 16 * 1024
 
@@ -120,16 +120,8 @@ def test_a_failing_writer_is_retried_after_one_two_four_eight_seconds_not_at_eve
     assert [e["retry_in"] for e in events.recent() if e["event"] == "snapshot_failed"][:4] == [1, 2, 4, 8]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_backoff_doubles_up_to_a_minute_and_a_snapshot_written_resets_it(tmp_path):
-    clock = Clock()
+    clock = VirtualClock(100.0)
     path = str(tmp_path / "raft.snapshot")
     writer = SnapshotWriter(path, RaftObservations(), sync=False, clock=clock)
     raft_data = (("e2", 2, 1), ("e1", 1, 1), ())
@@ -153,7 +145,7 @@ def test_the_backoff_doubles_up_to_a_minute_and_a_snapshot_written_resets_it(tmp
 
 
 def test_a_failed_fork_is_reported_once_as_failed_then_backs_off(tmp_path, monkeypatch):
-    clock = Clock()
+    clock = VirtualClock(100.0)
     writer = SnapshotWriter(str(tmp_path / "raft.snapshot"), RaftObservations(), sync=False, clock=clock)
 
     def no_fork() -> int:

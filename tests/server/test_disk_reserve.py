@@ -11,6 +11,7 @@ import pytest
 from haqueue import events
 from haqueue.server import disk_reserve as D
 from haqueue.server.disk_reserve import DiskReserve, reserve_bytes
+from tests.support.ticked import VirtualClock
 
 MiB = 1 << 20
 
@@ -113,18 +114,10 @@ def test_the_snapshot_and_journal_sizes_raise_the_reserve():
     assert reserve.reserve == 55 * MiB
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_request_reads_the_disk_when_the_last_reading_is_older_than_the_poll(tmp_path):
     """No timer runs here (the reserve is never started): the request itself reads the
     file system once the last reading is POLL_SECONDS old, and not before."""
-    clock, reads = Clock(), []
+    clock, reads = VirtualClock(100.0), []
 
     def sizes():
         reads.append(clock.now)
@@ -143,7 +136,7 @@ def test_a_request_reads_the_disk_when_the_last_reading_is_older_than_the_poll(t
 def test_a_disk_that_filled_while_nobody_asked_refuses_the_next_request_at_once(tmp_path):
     """The guarantee the timer gave, kept without it: a reading taken while there was room
     does not admit work once it is POLL_SECONDS old; the request reads again and refuses."""
-    clock = Clock()
+    clock = VirtualClock(100.0)
     reserve = DiskReserve(loop=None, data_dir=str(tmp_path), floor=0, journal_limit=MiB, sizes=lambda: (0, 0),
                           clock=clock)
     reserve.observe(free=100 * MiB, filesystem_bytes=200 * MiB, snapshot_bytes=0, journal_bytes=0)
@@ -157,7 +150,7 @@ def test_a_disk_that_filled_while_nobody_asked_refuses_the_next_request_at_once(
 
 
 def test_a_reading_that_fails_is_not_retried_on_every_request():
-    clock, reads = Clock(), []
+    clock, reads = VirtualClock(100.0), []
 
     def sizes():
         reads.append(clock.now)
