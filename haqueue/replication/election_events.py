@@ -60,6 +60,10 @@ class ElectionEvents:
     def stepped_down(self, term: int, reason: str) -> None:
         events.record("stepped_down", "stepped down in term %d: %s", term, reason, term=term, reason=reason)
 
+    def leader_resigned(self, peer: str, term: int) -> None:
+        events.record("leader_resigned", "leader %s resigned term %d: this node no longer holds to it",
+                      peer, term, peer=peer, term=term)
+
     def lease_lost(self, term: int, reason: str, now: float) -> None:
         held = self.throttle.allow(("lease_lost",), now)
         if held is not None:

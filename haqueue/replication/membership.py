@@ -41,10 +41,11 @@ ReplicatedQueue turns them on (dynamicMembershipChange) and mixes in
   connections close, as at every leader change), and nothing acknowledged is
   lost. If no follower catches up within one maximum election timeout, the
   leader appends the held entries, serves on, and `done` gets one line.
-  Leader stickiness (D24) still applies: the followers grant that campaign
-  once they have not heard a leader for election_min, so the hand-off costs
-  about one minimum election timeout, and never elects a node whose log is
-  behind (Raft's vote rule). Each step is an event: `leadership_hand_off_started`,
+  It tells every follower it resigned (D37), so none holds to it (D24's
+  stickiness) and the target's campaign wins at once; Raft's vote rule still
+  never elects a node whose log is behind. A leader that must stop now (its
+  journal failed, it is shut down: `resign`) cannot wait for a follower to
+  catch up: it names the connected follower holding most of its log. Each step is an event: `leadership_hand_off_started`,
   then `leadership_hand_off` (with the milliseconds held) or
   `leadership_hand_off_failed`.
 
@@ -298,15 +299,8 @@ class MembershipMixin:
             events.record("leadership_hand_off", "handing leadership of term %d to %s, which holds all %d entries "
                           "(new entries held %.1f ms: %d)", term, target.address, last, held_ms, len(transfer.held),
                           term=term, to=target.address, last_index=last, held_ms=held_ms, held=len(transfer.held))
-            # A follower of the same term: not step_down(), which forgets this term's
-            # vote (its own), and a node must never vote twice in one term.
-            self.stepdown_reason = f"handing leadership to {target.address}"
             self._hand_off_until = now + HAND_OFF_QUIET
-            self._SyncObj__setState(0)  # FOLLOWER
-            self._SyncObj__raftLeader = None
-            # pysyncobj's own transfer message: the target starts its election at once.
-            # It checks that the sender is its leader, which it still is on the target.
-            self.transport.send(target, {"type": "timeout_now", "term": term})
+            self._stop_leading(target, f"handing leadership to {target.address}")
             _fail(transfer.held)  # never appended: they fail as a stepping-down leader's do
             transfer.done(target.address, None)
             return
@@ -320,6 +314,28 @@ class MembershipMixin:
             for data, callback in transfer.held:  # in their order, as if never held
                 self.submit(data, callback)
             transfer.done(None, error)
+
+    def resign(self, reason: str) -> None:
+        """Stop leading now, for good, and say so (D37): this node is about to stop
+        (its journal failed, or it is shut down). Unlike a hand-off it cannot wait for
+        a follower to catch up, so it names the connected follower with the most of
+        its log, and Raft's vote rule decides: a follower behind the other loses."""
+        if not self._isLeader() or self.transport is None:
+            return
+        match = self._SyncObj__raftMatchIndex
+        successor = max(self._hand_off_candidates(), key=lambda n: (match.get(n, 0), n.address), default=None)
+        self._stop_leading(successor, reason)
+
+    def _stop_leading(self, successor, reason: str) -> None:
+        """Follow in this same term, then tell the peers: `successor` campaigns at once,
+        and nobody holds on to this node's leadership meanwhile."""
+        term = self.raftCurrentTerm
+        # A follower of the same term: not step_down(), which forgets this term's
+        # vote (its own), and a node must never vote twice in one term.
+        self.stepdown_reason = reason
+        self._SyncObj__setState(0)  # FOLLOWER: no read is answered from here on
+        self._SyncObj__raftLeader = None
+        self.transport.announce_resignation(term, successor)
 
     def handing_off(self) -> bool:
         """Keep out of elections? (a leader that just handed off)"""

@@ -193,6 +193,17 @@ class PeerLink:
         if call:
             self._on_disconnected()
 
+    def discard_unread(self) -> None:
+        """Read and drop what the socket holds (a close then sends FIN, not RST: transport.destroy)."""
+        sock = self._socket
+        if sock is None:
+            return
+        try:
+            while sock.recv(READ_BYTES):
+                pass
+        except OSError:  # nothing more (EAGAIN), or the link is down already
+            pass
+
     # ------------------------------------------------------------ the byte path
     def _set_keepalive(self) -> None:
         if self._keepalive is not None and self._socket is not None:
@@ -214,6 +225,10 @@ class PeerLink:
             self._poller.unsubscribe(descr)
             return
         if event & _ERROR:
+            if event & _READ and self.state == CONNECTED:
+                # A peer that exits with answers unread resets the link, and its last
+                # words (a resignation, D37) wait in our buffer ahead of the reset.
+                self._drain()
             self.disconnect()
             return
         now = monotonicTime()
@@ -261,24 +276,31 @@ class PeerLink:
             del unsent[:sent]
         self._poller.subscribe(self._fileno, self._on_event, _READ | _ERROR | (_WRITE if unsent else 0))
 
-    def _read(self, now: float) -> None:
+    def _drain(self) -> None:
+        """Read whatever the socket still holds, until it has nothing more or the link drops."""
+        sock = self._socket
+        while self._socket is sock and self.state == CONNECTED and self._read(monotonicTime()):
+            pass
+
+    def _read(self, now: float) -> bool:
+        """One read from the socket, its whole frames delivered; False if nothing came."""
         sock = self._socket
         try:
             data = sock.recv(READ_BYTES)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             self.disconnect()
-            return
+            return False
         if not data:
             self.disconnect()  # the peer closed, perhaps in the middle of a frame
-            return
+            return False
         self._last_read = now
         if self._pending:
             pending = self._pending
             pending += data
             if len(pending) < self._needed:
-                return  # a big frame arriving in pieces: no copy until it is whole
+                return True  # a big frame arriving in pieces: no copy until it is whole
             data = bytes(pending)
             self._pending = bytearray()
         size = len(data)
@@ -289,7 +311,7 @@ class PeerLink:
             if length > (max_frame if self._trusted else FIRST_FRAME_BYTES):
                 log.warning("raft link from %s dropped: a frame of %d bytes is over the bound", self._peer_name(), length)
                 self.disconnect()
-                return
+                return False
             end = start + 4 + length
             if end > size:
                 break
@@ -297,16 +319,17 @@ class PeerLink:
                 message = self._open(view[start:end])
             except Exception:  # WireError, or bytes raft_codec cannot read: the link is not trusted
                 self.disconnect()
-                return
+                return False
             self._trusted = True
             start = end
             if self._on_message is not None:
                 self._on_message(message)
             if self._socket is not sock:
-                return  # the callback dropped the link (and may have dialled again)
+                return False  # the callback dropped the link (and may have dialled again)
         if start < size:
             self._pending = bytearray(view[start:])
             self._needed = end - start if size - start >= 4 else 4  # `end`: the unfinished frame's
+        return True
 
     def _peer_name(self) -> str:
         try:

@@ -175,6 +175,8 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         """Stop ticking and release the node's files (from the loop's thread, if it ticks on one)."""
         if self._ticker is not None:
             self._ticker.stop()
+        if not self._destroyed:
+            self.resign("resigned: this node is stopping")  # a successor at once, not after a timeout (D37)
         self._destroy()
         # A clean stop lets a snapshot being written finish; a failing node does not wait.
         self.snapshot_writer.end(0.0 if self.fatal_error is not None else snapshot_writer.GRACE)
@@ -473,6 +475,9 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         if self.fatal_error is None:
             self.fatal_error = message
             log.critical(message)
+            # D11, D37: no heartbeat or acknowledgement after this; only the word that
+            # frees the followers to elect a successor now rather than after a timeout.
+            self.resign(f"resigned: {message}")
             if self.on_fatal is not None:
                 self.on_fatal(message)
 

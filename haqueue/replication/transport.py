@@ -51,6 +51,10 @@ PREVOTE_REPLY = "haqueue-prevote-reply"
 # A follower whose term is above that of a leader it hears says so (D24): pysyncobj
 # ignores such a leader's appends silently, and sticky peers ignore its votes.
 STALE_TERM = "haqueue-stale-term"
+# A leader that stopped leading for good (its journal failed, it is shutting down, it
+# handed off) says so: it answers no read from then on, so its followers may stop
+# being sticky to it and elect a successor at once (D37).
+RESIGN = "haqueue-resign"
 # The leader numbers its append_entries; a follower's acknowledgement
 # carries the number of the last one it processed from that leader (D12).
 APPEND_SEQ = "haq_seq"
@@ -99,6 +103,7 @@ class SyncingTransport(TCPTransport):
             PREVOTE: self._on_prevote,
             PREVOTE_REPLY: self._on_prevote_reply,
             STALE_TERM: self._on_stale_term,
+            RESIGN: self._on_resign,
             KEEPALIVE["type"]: self._on_keepalive,
         }
         syncObj.transport = self
@@ -225,6 +230,32 @@ class SyncingTransport(TCPTransport):
         if isinstance(term, int) and term > sync_obj.raftCurrentTerm and sync_obj._isLeader():
             sync_obj.step_down(term, f"{node.address} has term {term}, above ours")
 
+    def _on_resign(self, node, message, deliver, now) -> None:
+        # Only the leader this node follows, of this term, ends its own stickiness; a late
+        # resignation of an older term, or one from any other node, changes nothing.
+        sync_obj = self._syncObj
+        term = message.get("term")
+        if term != sync_obj.raftCurrentTerm or sync_obj._SyncObj__raftLeader != node:
+            return
+        self.leader_heard_at = float("-inf")
+        sync_obj._SyncObj__raftLeader = None
+        self.elections.leader_resigned(node.address, term)
+
+    def announce_resignation(self, term: int, successor) -> None:
+        """As a leader that has just stopped leading `term` (and answers nothing from
+        now on): tell every peer (D37). `successor`, if any, is told last, and first
+        gets pysyncobj's timeout_now, which makes it campaign at once: it still takes
+        this node for its leader when it reads that, and the others have their
+        resignation in flight before it asks them for a vote."""
+        # _send, not send: a node that must stop says nothing else (D11), but this it says.
+        resign = {"type": RESIGN, "term": term}
+        for node in self._syncObj._SyncObj__otherNodes:
+            if node != successor:
+                self._send(node, resign)
+        if successor is not None:
+            self._send(successor, {"type": "timeout_now", "term": term})
+            self._send(successor, resign)
+
     # ------------------------------------------------------------ elections and the lease
     def ask_for_prevotes(self, term: int, round_: int) -> None:
         """Would the peers vote for this node at `term`? (D9; their answers go to the campaign)"""
@@ -317,6 +348,15 @@ class SyncingTransport(TCPTransport):
         if message in ("add", "remove", "transfer"):
             callback = None
         return super().setOnUtilityMessageCallback(message, callback)
+
+    def destroy(self):
+        # The node stops: whatever its peers sent is read and dropped first, so each
+        # link closes (the bytes still queued, a resignation among them, then FIN)
+        # rather than resets (a close with bytes unread sends RST, and the kernel
+        # drops what it had not sent yet: a peer slow to read lost its last words).
+        for conn in list(self._connections.values()) + list(self._unknownConnections):
+            conn.discard_unread()
+        super().destroy()
 
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,

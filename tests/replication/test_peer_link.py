@@ -171,6 +171,32 @@ def test_a_peer_closing_in_the_middle_of_a_frame_drops_the_link_once():
         assert downs == [1]
 
 
+def test_frames_sent_just_before_a_reset_are_read_before_the_link_drops():
+    # A peer that exits with bytes unread resets the link; its last words (a
+    # resignation, docs/pysyncobj.md D37) wait in our buffer ahead of the reset.
+    with linked() as (link, peer, poll, received, downs):
+        link.send(ack(9))  # unread by the peer: its close resets
+        peer.sock.sendall(peer.frame(ack(1)) + peer.frame(ack(2)))
+        peer.sock.close()
+        poll_until(poll, lambda: link.state == CONNECTION_STATE.DISCONNECTED)
+        assert received == [ack(1), ack(2)] and downs == [1]
+
+
+def test_a_link_that_drops_what_it_was_sent_closes_rather_than_resets():
+    # A node that stops reads what its peers sent first (transport.destroy): the
+    # close then sends FIN, and what it sent last is not dropped by a reset.
+    with linked() as (link, peer, poll, received, downs):
+        key = link.sendRandKey
+        link.send(ack(5))
+        peer.sock.sendall(peer.frame(ack(2)))  # never read by the link
+        link.discard_unread()
+        link.disconnect()
+        peer.sock.settimeout(5)
+        while chunk := peer.sock.recv(1 << 16):  # a reset raises ConnectionResetError
+            peer.unread += chunk
+        assert peer.receive(lambda: None, key) == ack(5)
+
+
 def test_a_dropped_link_dials_again_and_carries_messages_both_ways():
     with linked() as (link, peer, poll, received, downs):
         listener = socket.create_server(("127.0.0.1", 0))
