@@ -126,7 +126,7 @@ class Campaign:
         with n counting this node, granted term + 1: the round is spent), ASK
         (start a new round: `self.round`, `self.term`), or WAIT for answers."""
         term = current_term + 1
-        if self.term == term and is_majority(len(self.grants) + 1):
+        if self.won(current_term, is_majority):
             self.term = None
             return CAMPAIGN
         if self.term != term or now - self.started >= self.retry:
@@ -134,6 +134,10 @@ class Campaign:
             self.term, self.started, self.grants = term, now, set()
             return ASK
         return WAIT
+
+    def won(self, current_term: int, is_majority) -> bool:
+        """Has the round in flight a majority (`step` would CAMPAIGN)?"""
+        return self.term == current_term + 1 and is_majority(len(self.grants) + 1)
 
     def answered(self, node, term: int, round_: int, granted: bool) -> None:
         """A peer's answer; only a yes to the round in flight counts."""

@@ -295,6 +295,13 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         False (nothing done) when only a full tick will do."""
         if self.fatal_error is not None or not self.light_tick():
             return False
+        if (self.campaign.term is not None and self._SyncObj__raftElectionDeadline < monotonic()
+                and self.campaign.won(self.raftCurrentTerm, self._is_majority)):
+            # The pre-votes it read make a majority: campaign in this tick's full part, not
+            # at the next timer. Two followers whose timeouts ran out within that wait (50 ms
+            # of 300) granted each other and campaigned together: a split vote a third of
+            # the time after a leader died (docs/pysyncobj.md D9).
+            return False
         if self._transfer is not None:
             self.drive_hand_off()
         self.ticked_at = time.monotonic()

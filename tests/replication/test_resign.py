@@ -117,3 +117,23 @@ def test_a_resignation_not_from_the_leader_followed_in_its_term_changes_nothing(
                           and other._getLeader() == leader.selfNode and leader.raftCurrentTerm == term,
                           seconds=3 * cluster.timing.election_max, what="the same leader, followed by all")
 
+
+def test_a_follower_campaigns_in_the_tick_that_reads_its_pre_vote_majority():
+    # The leader dies without a word (SIGKILL): the followers' own timeouts elect a
+    # successor. The loop ticks lightly for messages (D32), as in production. A campaigner
+    # whose pre-votes were granted used to wait for its next full tick (50 ms on the
+    # loop): the other follower's timeout ran out meanwhile, both campaigned at once, and
+    # the vote split a third of the time.
+    with ticked_cluster() as cluster:
+        cluster.light = True
+        old = cluster.leader()
+        cluster.paused.add(old)  # its process is gone: no tick, no word
+        survivors = [n for n in cluster.nodes if n is not old]
+
+        def no_won_round_waits() -> bool:
+            return not any(node._SyncObj__raftElectionDeadline < cluster.clock() and node.campaign.term is not None
+                           and node.campaign.won(node.raftCurrentTerm, node._is_majority) for node in survivors)
+
+        cluster.run_while(no_won_round_waits, seconds=3 * cluster.timing.election_max,
+                          what="no won pre-vote round left waiting after a tick")
+        assert any(node._isLeader() for node in survivors)
