@@ -64,6 +64,12 @@ class ElectionEvents:
         events.record("leader_resigned", "leader %s resigned term %d: this node no longer holds to it",
                       peer, term, peer=peer, term=term)
 
+    def resignation_ignored(self, peer: str, term, our_term: int, leader: str | None) -> None:
+        reason = (f"our term is {our_term}" if term != our_term
+                  else f"this node follows {leader}" if leader is not None else "this node follows no leader")
+        events.record("resignation_ignored", "resignation of %s for term %s ignored: %s", peer, term, reason,
+                      peer=peer, term=term, reason=reason)
+
     def lease_lost(self, term: int, reason: str, now: float) -> None:
         held = self.throttle.allow(("lease_lost",), now)
         if held is not None:

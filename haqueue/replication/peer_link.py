@@ -193,15 +193,24 @@ class PeerLink:
         if call:
             self._on_disconnected()
 
-    def discard_unread(self) -> None:
-        """Read and drop what the socket holds (a close then sends FIN, not RST: transport.destroy)."""
+    def finish(self, wait: float) -> None:
+        """Before the node stops (transport.destroy): send what is still unsent, waiting
+        up to `wait` seconds for the socket to take it, then end the sending side (FIN
+        after it) and read and drop what the peer sent, so the close that follows does
+        not reset the link: a reset drops what the kernel had not delivered yet."""
         sock = self._socket
-        if sock is None:
+        if sock is None or self.state != CONNECTED:
             return
         try:
+            if self._unsent:
+                sock.settimeout(wait)
+                sock.sendall(self._unsent)
+                self._unsent = bytearray()
+            sock.setblocking(False)
+            sock.shutdown(socket.SHUT_WR)
             while sock.recv(READ_BYTES):
                 pass
-        except OSError:  # nothing more (EAGAIN), or the link is down already
+        except OSError:  # nothing more to read (EAGAIN), or the link is down already
             pass
 
     # ------------------------------------------------------------ the byte path

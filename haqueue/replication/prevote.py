@@ -139,6 +139,10 @@ class Campaign:
         """Has the round in flight a majority (`step` would CAMPAIGN)?"""
         return self.term == current_term + 1 and is_majority(len(self.grants) + 1)
 
+    def abandon(self) -> None:
+        """Drop the round in flight: this node backs another campaigner (raft_node)."""
+        self.term, self.grants = None, set()
+
     def answered(self, node, term: int, round_: int, granted: bool) -> None:
         """A peer's answer; only a yes to the round in flight counts."""
         if granted and round_ == self.round and term == self.term:

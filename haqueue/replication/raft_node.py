@@ -442,6 +442,14 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             self.transport.ask_for_prevotes(self.campaign.term, self.campaign.round)
         return step == CAMPAIGN
 
+    def back_campaigner(self) -> None:
+        """This node granted another's pre-vote: let that one campaign alone. Its own
+        round, and the timeout that would start the next, would otherwise run on, and two
+        followers whose rounds crossed each granted the other and split the vote (D9)."""
+        if not self._isLeader():
+            self.campaign.abandon()
+            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
+
     def step_down(self, term: int, reason: str) -> None:
         """A leader learns of a higher term outside pysyncobj (transport.py's stale-term
         notice, D24): adopt it and follow, as pysyncobj does for a vote request of that term."""

@@ -55,6 +55,7 @@ STALE_TERM = "haqueue-stale-term"
 # handed off) says so: it answers no read from then on, so its followers may stop
 # being sticky to it and elect a successor at once (D37).
 RESIGN = "haqueue-resign"
+FINISH_WAIT = 0.1  # seconds a stopping node waits, per link, for its last bytes to leave (destroy)
 # The leader numbers its append_entries; a follower's acknowledgement
 # carries the number of the last one it processed from that leader (D12).
 APPEND_SEQ = "haq_seq"
@@ -217,6 +218,8 @@ class SyncingTransport(TCPTransport):
     def _on_prevote(self, node, message, deliver, now) -> None:
         decision = prevote.prevote(self.voter(now), self._ask(message), self._syncObj.election_min)
         self.elections.answered("pre-vote", node.address, message["term"], decision, now)
+        if decision.granted:
+            self._syncObj.back_campaigner()
         self.send(node, {"type": PREVOTE_REPLY, "term": message["term"], "round": message["round"],
                          "granted": decision.granted})
 
@@ -236,6 +239,9 @@ class SyncingTransport(TCPTransport):
         sync_obj = self._syncObj
         term = message.get("term")
         if term != sync_obj.raftCurrentTerm or sync_obj._SyncObj__raftLeader != node:
+            leader = sync_obj._SyncObj__raftLeader
+            self.elections.resignation_ignored(node.address, term, sync_obj.raftCurrentTerm,
+                                               leader.address if leader is not None else None)
             return
         self.leader_heard_at = float("-inf")
         sync_obj._SyncObj__raftLeader = None
@@ -355,7 +361,7 @@ class SyncingTransport(TCPTransport):
         # rather than resets (a close with bytes unread sends RST, and the kernel
         # drops what it had not sent yet: a peer slow to read lost its last words).
         for conn in list(self._connections.values()) + list(self._unknownConnections):
-            conn.discard_unread()
+            conn.finish(FINISH_WAIT)
         super().destroy()
 
     def dropNode(self, node):

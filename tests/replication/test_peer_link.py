@@ -189,7 +189,7 @@ def test_a_link_that_drops_what_it_was_sent_closes_rather_than_resets():
         key = link.sendRandKey
         link.send(ack(5))
         peer.sock.sendall(peer.frame(ack(2)))  # never read by the link
-        link.discard_unread()
+        link.finish(1.0)
         link.disconnect()
         peer.sock.settimeout(5)
         while chunk := peer.sock.recv(1 << 16):  # a reset raises ConnectionResetError

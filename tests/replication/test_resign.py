@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from haqueue import events
 from haqueue.core import commands as C
 from haqueue.replication.raft_node import FAIL_SUCCESS
 from haqueue.replication.transport import KEEPALIVE, RESIGN
@@ -109,10 +110,13 @@ def test_a_resignation_not_from_the_leader_followed_in_its_term_changes_nothing(
         leader = cluster.leader()
         one, other = cluster.followers()
         term = leader.raftCurrentTerm
+        events.clear()
         if sender == "a follower":
             one.transport.send(other.selfNode, {"type": RESIGN, "term": term})
         else:
             leader.transport.send(other.selfNode, {"type": RESIGN, "term": term - 1})
+        cluster.run_until(lambda: [e for e in events.recent() if e["event"] == "resignation_ignored"],
+                          seconds=cluster.timing.heartbeat, what="the ignored resignation said")
         cluster.run_while(lambda: cluster.settled() and cluster.leader() is leader
                           and other._getLeader() == leader.selfNode and leader.raftCurrentTerm == term,
                           seconds=3 * cluster.timing.election_max, what="the same leader, followed by all")
@@ -137,3 +141,22 @@ def test_a_follower_campaigns_in_the_tick_that_reads_its_pre_vote_majority():
         cluster.run_while(no_won_round_waits, seconds=3 * cluster.timing.election_max,
                           what="no won pre-vote round left waiting after a tick")
         assert any(node._isLeader() for node in survivors)
+
+
+def test_followers_whose_timeouts_run_out_together_elect_one_leader_in_one_term():
+    # The leader dies without a word; both followers' election timeouts run out in the
+    # same round. Each asks the other for a pre-vote. One that grants another's
+    # pre-vote backs that campaigner (its own round dropped, its timeout started
+    # again): before, both granted, both campaigned, each voted for itself, and the
+    # term was lost to a split vote.
+    with ticked_cluster() as cluster:
+        old = cluster.leader()
+        term = old.raftCurrentTerm
+        cluster.paused.add(old)
+        survivors = [n for n in cluster.nodes if n is not old]
+        cluster.run(seconds=cluster.timing.election_min)  # no longer sticky to the old leader
+        for node in survivors:
+            node._SyncObj__raftElectionDeadline = cluster.clock() + cluster.step / 2
+        cluster.run_until(lambda: any(n._isLeader() for n in survivors), seconds=cluster.timing.election_max,
+                          what="a new leader")
+        assert max(n.raftCurrentTerm for n in survivors) == term + 1
