@@ -45,9 +45,9 @@ ReplicatedQueue turns them on (dynamicMembershipChange) and mixes in
   stickiness) and the target's campaign wins at once; Raft's vote rule still
   never elects a node whose log is behind. A leader that must stop now (its
   journal failed, it is shut down: `resign`) cannot wait for a follower to
-  catch up: it names the connected follower holding most of its log. Each step is an event: `leadership_hand_off_started`,
-  then `leadership_hand_off` (with the milliseconds held) or
-  `leadership_hand_off_failed`.
+  catch up: it names the connected follower holding most of its log. Each
+  step is an event: `leadership_hand_off_started`, then `leadership_hand_off`
+  (with the milliseconds held) or `leadership_hand_off_failed`.
 
 Everything here runs on the node's one thread (the loop's, on_loop.py), as
 pysyncobj's tick does.
