@@ -193,14 +193,14 @@ class PeerLink:
         if call:
             self._on_disconnected()
 
-    def finish(self, wait: float) -> None:
-        """Before the node stops (transport.destroy): send what is still unsent, waiting
-        up to `wait` seconds for the socket to take it, then end the sending side (FIN
-        after it) and read and drop what the peer sent, so the close that follows does
-        not reset the link: a reset drops what the kernel had not delivered yet."""
+    def finish(self, wait: float) -> int | None:
+        """Before the node stops (transport.close_links): send what is still unsent,
+        waiting up to `wait` seconds for the socket to take it, then end the sending
+        side, so the peer reads FIN after the last bytes. The socket's descriptor, to
+        wait on until the peer closes its side too (`drained`), or None."""
         sock = self._socket
         if sock is None or self.state != CONNECTED:
-            return
+            return None
         try:
             if self._unsent:
                 sock.settimeout(wait)
@@ -208,10 +208,22 @@ class PeerLink:
                 self._unsent = bytearray()
             sock.setblocking(False)
             sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return None
+        return self._fileno
+
+    def drained(self) -> bool:
+        """After `finish`: read and drop what the peer sent; True once it closed its side
+        (or the link broke), so that closing ours now resets nothing."""
+        sock = self._socket
+        try:
             while sock.recv(READ_BYTES):
                 pass
-        except OSError:  # nothing more to read (EAGAIN), or the link is down already
+        except BlockingIOError:
+            return False
+        except (OSError, AttributeError):
             pass
+        return True
 
     # ------------------------------------------------------------ the byte path
     def _set_keepalive(self) -> None:

@@ -28,6 +28,7 @@ drives the node's ticks (the server's loop, or a test ticking by hand).
 
 from __future__ import annotations
 
+import select
 import time
 
 from haqueue.replication import pysyncobj_patches
@@ -55,7 +56,7 @@ STALE_TERM = "haqueue-stale-term"
 # handed off) says so: it answers no read from then on, so its followers may stop
 # being sticky to it and elect a successor at once (D37).
 RESIGN = "haqueue-resign"
-FINISH_WAIT = 0.1  # seconds a stopping node waits, per link, for its last bytes to leave (destroy)
+FINISH_WAIT = 0.1  # seconds a stopping node waits for its last bytes to leave and its peers to close (destroy)
 # The leader numbers its append_entries; a follower's acknowledgement
 # carries the number of the last one it processed from that leader (D12).
 APPEND_SEQ = "haq_seq"
@@ -356,13 +357,29 @@ class SyncingTransport(TCPTransport):
         return super().setOnUtilityMessageCallback(message, callback)
 
     def destroy(self):
-        # The node stops: whatever its peers sent is read and dropped first, so each
-        # link closes (the bytes still queued, a resignation among them, then FIN)
-        # rather than resets (a close with bytes unread sends RST, and the kernel
-        # drops what it had not sent yet: a peer slow to read lost its last words).
-        for conn in list(self._connections.values()) + list(self._unknownConnections):
-            conn.finish(FINISH_WAIT)
+        self.close_links(FINISH_WAIT)
         super().destroy()
+
+    def close_links(self, wait: float) -> None:
+        """The node stops: each link sends what it still holds, a resignation among it,
+        then FIN, and waits (for `wait` seconds in all) for the peer's FIN, reading and
+        dropping what the peer sent meanwhile. A close with bytes unread resets the
+        link, and a reset drops what the kernel had not delivered yet: followers lost
+        the leader's last words that way (docs/pysyncobj.md D33, D37)."""
+        waiting = {}
+        for conn in list(self._connections.values()) + list(self._unknownConnections):
+            fileno = conn.finish(wait)
+            if fileno is not None:
+                waiting[fileno] = conn
+        deadline = time.monotonic() + wait
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            readable, _, _ = select.select(list(waiting), [], [], left)
+            for fileno in readable:
+                if waiting[fileno].drained():
+                    del waiting[fileno]
 
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,

@@ -182,19 +182,22 @@ def test_frames_sent_just_before_a_reset_are_read_before_the_link_drops():
         assert received == [ack(1), ack(2)] and downs == [1]
 
 
-def test_a_link_that_drops_what_it_was_sent_closes_rather_than_resets():
-    # A node that stops reads what its peers sent first (transport.destroy): the
-    # close then sends FIN, and what it sent last is not dropped by a reset.
+def test_a_stopping_link_sends_its_last_bytes_then_fin_and_waits_for_the_peers_close():
+    # A node that stops (transport.close_links) must not reset its links: a reset drops
+    # what the kernel had not delivered yet, a resignation among it (docs/pysyncobj.md D37).
     with linked() as (link, peer, poll, received, downs):
         key = link.sendRandKey
         link.send(ack(5))
         peer.sock.sendall(peer.frame(ack(2)))  # never read by the link
-        link.finish(1.0)
-        link.disconnect()
+        assert link.finish(1.0) is not None
+        assert not link.drained()  # the peer has not closed its side yet
         peer.sock.settimeout(5)
-        while chunk := peer.sock.recv(1 << 16):  # a reset raises ConnectionResetError
+        while chunk := peer.sock.recv(1 << 16):  # up to the link's FIN; a reset would raise
             peer.unread += chunk
         assert peer.receive(lambda: None, key) == ack(5)
+        peer.sock.close()  # as a PeerLink does when it reads FIN
+        poll_until(lambda: None, link.drained)
+        link.disconnect()
 
 
 def test_a_dropped_link_dials_again_and_carries_messages_both_ways():
