@@ -221,7 +221,7 @@ class PeerLink:
                 pass
         except BlockingIOError:
             return False
-        except (OSError, AttributeError):
+        except OSError:
             pass
         return True
 

@@ -108,6 +108,7 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         self._hears_majority = False
         self.election_min = timing.election_min
         self.campaign = Campaign(retry=timing.heartbeat)  # pre-vote rounds (prevote.py, D9)
+        self.campaign_ready = False  # an answer just made the round a majority: tick fully
         self.stepdown_reason: str | None = None  # why the next step-down happens, when a handler knows
         self.transport: SyncingTransport | None = None  # set by SyncingTransport itself
         # A link buffers frames up to what an append of this node's may carry (peer_link.py).
@@ -295,12 +296,13 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         False (nothing done) when only a full tick will do."""
         if self.fatal_error is not None or not self.light_tick():
             return False
-        if (self.campaign.term is not None and self._SyncObj__raftElectionDeadline < monotonic()
-                and self.campaign.won(self.raftCurrentTerm, self._is_majority)):
-            # The pre-votes it read make a majority: campaign in this tick's full part, not
-            # at the next timer. Two followers whose timeouts ran out within that wait (50 ms
-            # of 300) granted each other and campaigned together: a split vote a third of
-            # the time after a leader died (docs/pysyncobj.md D9).
+        if self.campaign_ready:
+            # The pre-votes it read make a majority (transport's reply handler says so):
+            # campaign in this tick's full part, not at the next timer. Two followers whose
+            # timeouts ran out within that wait (50 ms of 300) granted each other and
+            # campaigned together: a split vote a third of the time after a leader died
+            # (docs/pysyncobj.md D9). A flag, so that a light tick pays one attribute read.
+            self.campaign_ready = False
             return False
         if self._transfer is not None:
             self.drive_hand_off()
@@ -437,18 +439,23 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             return False  # (a node still building a received snapshot's state cannot lead)
         step = self.campaign.step(self.raftCurrentTerm, monotonic(), self._is_majority)
         if step == CAMPAIGN:
+            self.campaign_ready = False  # (a full tick got there first)
             self.transport.elections.election_started(self.raftCurrentTerm + 1)
         elif step == ASK:
             self.transport.ask_for_prevotes(self.campaign.term, self.campaign.round)
         return step == CAMPAIGN
 
-    def back_campaigner(self) -> None:
-        """This node granted another's pre-vote: let that one campaign alone. Its own
-        round, and the timeout that would start the next, would otherwise run on, and two
-        followers whose rounds crossed each granted the other and split the vote (D9)."""
-        if not self._isLeader():
-            self.campaign.abandon()
-            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
+    def back_campaigner(self, asker, term: int) -> None:
+        """This node granted `asker`'s pre-vote for `term`: let that one campaign alone. Its
+        own round, and the timeout that would start the next, would otherwise run on, and two
+        followers whose rounds crossed each granted the other and split the vote (D9). When
+        both asked for the same term, the node with the higher address keeps its round,
+        both deciding alike: backing off on both sides lost the term as surely."""
+        if self._isLeader() or (self.campaign.term == term and self.selfNode.address > asker.address):
+            return
+        self.campaign.abandon()
+        self.campaign_ready = False
+        self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
 
     def step_down(self, term: int, reason: str) -> None:
         """A leader learns of a higher term outside pysyncobj (transport.py's stale-term

@@ -220,13 +220,16 @@ class SyncingTransport(TCPTransport):
         decision = prevote.prevote(self.voter(now), self._ask(message), self._syncObj.election_min)
         self.elections.answered("pre-vote", node.address, message["term"], decision, now)
         if decision.granted:
-            self._syncObj.back_campaigner()
+            self._syncObj.back_campaigner(node, message["term"])
         self.send(node, {"type": PREVOTE_REPLY, "term": message["term"], "round": message["round"],
                          "granted": decision.granted})
 
     def _on_prevote_reply(self, node, message, deliver, now) -> None:
-        self._syncObj.campaign.answered(node, message.get("term"), message.get("round"),
-                                        bool(message.get("granted")))
+        sync_obj = self._syncObj
+        campaign = sync_obj.campaign
+        campaign.answered(node, message.get("term"), message.get("round"), bool(message.get("granted")))
+        if campaign.won(sync_obj.raftCurrentTerm, sync_obj._is_majority):
+            sync_obj.campaign_ready = True  # campaign in this tick, not the next full one (D9)
 
     def _on_stale_term(self, node, message, deliver, now) -> None:
         sync_obj = self._syncObj
