@@ -19,6 +19,8 @@ does the same work with the same effects, in fewer steps:
   every follower is connected or not, wants entries this log still holds, and
   they fit in one message; any other case (a snapshot to send, a big entry in
   chunks, a follower far behind, read-only nodes) goes to pysyncobj's own.
+  New entries go only to the followers their commit needs (`send_appends`,
+  fanout.py, D38); heartbeats and elections reach every follower.
 
 Everything runs on the node's one thread, as pysyncobj's tick does. Like
 membership.py, it reaches pysyncobj's state by its mangled names and imports
@@ -27,6 +29,7 @@ nothing of pysyncobj's (raft_node.py and the patches do).
 
 from __future__ import annotations
 
+from haqueue.replication import fanout
 from haqueue.replication.pysyncobj_patches import monotonic
 
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
@@ -34,6 +37,9 @@ _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
 
 class HotPathMixin:
     """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
+
+    deferring_sends = False  # within _checkCommandsToApply: one send after the commands (D38)
+    entries_unsent = False  # a command was logged meanwhile
 
     def light_tick(self) -> bool:
         """Do what messages and commands need (module docstring); False, with
@@ -82,8 +88,18 @@ class HotPathMixin:
         self._SyncObj__leaderCommitIndex = self._SyncObj__raftCommitIndex
 
     def _SyncObj__sendAppendEntries(self):
-        # D34: pysyncobj calls this (name-mangled) after each command it logs and for
-        # each heartbeat. The same messages as pysyncobj's own, for the usual case.
+        # D34: pysyncobj calls this (name-mangled) after each command it logs, for each
+        # heartbeat and on election. Commands are logged in _checkCommandsToApply,
+        # which sends once after them all, to the followers the commit needs (D38).
+        if self.deferring_sends:
+            self.entries_unsent = True
+            return None
+        return self.send_appends(everyone=True)
+
+    def send_appends(self, everyone: bool):
+        """The same messages as pysyncobj's __sendAppendEntries, for the usual case.
+        Unless `everyone`, new entries go only to the followers fanout.py picks; the
+        others get them with the next heartbeat, which then stays due."""
         if self._SyncObj__readonlyNodes:
             return super()._SyncObj__sendAppendEntries()
         log = self._SyncObj__raftLog
@@ -93,10 +109,17 @@ class HotPathMixin:
         connected = self._SyncObj__connectedNodes
         others = self._SyncObj__otherNodes
         limit = self._SyncObj__conf.appendEntriesBatchSizeBytes
+        transport = self._SyncObj__transport
+        recipients = None
+        if not everyone:
+            recipients = fanout.followers_now(others, connected, next_index, self._SyncObj__raftMatchIndex,
+                                              transport.round_trip)
         sends = []
         for node in others:
             if node not in connected:
                 sends.append((node, None, None))
+                continue
+            if recipients is not None and node not in recipients:
                 continue
             following = next_index[node]
             if not first < following <= last + 1:
@@ -107,9 +130,11 @@ class HotPathMixin:
             if entries and sum([len(entry[0]) for entry in entries]) >= limit:
                 return super()._SyncObj__sendAppendEntries()  # more than one message's worth
             sends.append((node, following, entries))
-        self._SyncObj__newAppendEntriesTime = monotonic() + self._SyncObj__conf.appendEntriesPeriod
+        if recipients is None:
+            # A heartbeat's worth: every follower heard now. A partial send leaves the
+            # heartbeat due when it was, so the followers left out catch up by then.
+            self._SyncObj__newAppendEntriesTime = monotonic() + self._SyncObj__conf.appendEntriesPeriod
         term = self._SyncObj__raftCurrentTerm
-        transport = self._SyncObj__transport
         serializer = self._SyncObj__serializer
         for node, following, entries in sends:
             if following is None:
@@ -126,3 +151,4 @@ class HotPathMixin:
                 'prevLogIdx': prev,
                 'prevLogTerm': log[prev - first][2],
             })
+        return None

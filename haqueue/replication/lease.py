@@ -48,20 +48,23 @@ class ReadLease:
         queue.append((self._seq, now, term))
         return self._seq
 
-    def acknowledged(self, peer, seq, term: int, leading: bool) -> None:
+    def acknowledged(self, peer, seq, term: int, leading: bool) -> float | None:
         """`peer` answered our append number `seq` (None: an older haqueue); `term`
-        is this node's current term, `leading` whether it leads now."""
+        is this node's current term, `leading` whether it leads now. Returns when
+        that append was sent (the caller times the round trip, fanout.py), or None
+        for an answer this lease knows nothing of."""
         queue = self._sent.get(peer)
         if seq is None or not queue:
-            return  # an older haqueue, or an answer to a previous leadership
+            return None  # an older haqueue, or an answer to a previous leadership
         found = None
         while queue and queue[0][0] <= seq:
             found = queue.popleft()
         if found is None or found[0] != seq:
-            return
+            return None
         _, sent_at, sent_term = found
         if sent_term == term and leading and sent_at > self.acks.get(peer, NEVER):
             self.acks[peer] = sent_at
+        return sent_at
 
     def reset(self) -> None:
         """A new role or term: nothing acknowledged before counts."""

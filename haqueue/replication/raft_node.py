@@ -189,7 +189,17 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         # raising queue.Empty under a lock: a tenth of an idle node's Python time. The
         # queue is filled on this thread (submit), so a glance at it is enough.
         if self._SyncObj__commandsQueue._FastQueue__queue:
-            SyncObj._checkCommandsToApply(self)
+            # D38: pysyncobj sends to every follower after each command it logs; hold
+            # those sends, then send once, to the followers the commit needs.
+            self.deferring_sends = True
+            try:
+                SyncObj._checkCommandsToApply(self)
+            finally:
+                self.deferring_sends = False
+            if self.entries_unsent:
+                self.entries_unsent = False
+                if self._isLeader():
+                    self.send_appends(everyone=False)
 
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.

@@ -94,6 +94,7 @@ class SyncingTransport(TCPTransport):
         # as just heard, so its lease holds against this node's votes too (D24).
         self.leader_heard_at = monotonic()
         self.lease = ReadLease()  # as leader (D12)
+        self.round_trip: dict = {}  # as leader: node -> seconds its latest acknowledged append took (D38)
         self.elections = ElectionEvents()
         self._seq_from: dict = {}  # as follower: the seq of the last append processed per leader
         self._ack_through: dict = {}  # node -> cap on the next acknowledgement (append_guard)
@@ -151,7 +152,10 @@ class SyncingTransport(TCPTransport):
 
     def _on_next_node_idx(self, node, message, deliver, now) -> None:
         sync_obj = self._syncObj
-        self.lease.acknowledged(node, message.get(APPEND_SEQ), sync_obj.raftCurrentTerm, sync_obj._isLeader())
+        sent_at = self.lease.acknowledged(node, message.get(APPEND_SEQ), sync_obj.raftCurrentTerm,
+                                          sync_obj._isLeader())
+        if sent_at is not None:
+            self.round_trip[node] = lease_clock() - sent_at
         self.ack_heard_at[node] = now
         if not message.get("success") or message.get("reset"):
             deliver(node, message)
