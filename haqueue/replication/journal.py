@@ -108,8 +108,8 @@ COMPACT_CHUNK = 1 << 20  # the worker's compaction copies this much between sync
 # byte (REGULAR) then the pickle of (method id, args). haqueue has one replicated
 # method, id 0 (docs/pysyncobj.md D1); a lone node frames its entries the same way, so
 # every tool reads either node's journal.
-_REGULAR = 0
-_REGULAR_BYTE = bytes([_REGULAR])
+REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
+_REGULAR_BYTE = bytes([REGULAR_COMMAND])
 _NO_OP_COMMAND = bytes([1])  # pysyncobj's _COMMAND_TYPE.NO_OP: a new leader's first entry
 
 
@@ -120,7 +120,7 @@ def frame(entry: bytes) -> bytes:
 
 def unframe(command: bytes) -> bytes | None:
     """The entry inside a journal command, or None for Raft's own (no-op) entries."""
-    if command[0] != _REGULAR:
+    if command[0] != REGULAR_COMMAND:
         return None
     _method, args = pickle.loads(command[1:])
     return args[0]

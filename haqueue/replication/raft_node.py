@@ -38,7 +38,7 @@ from haqueue.replication.keepalives import NEVER, KeepalivePeriods, NextKeepaliv
 from haqueue.replication.prevote import ASK, CAMPAIGN, Campaign
 from haqueue.replication.transport import SyncingTransport
 from haqueue.config.replication import RaftTiming, ReplicationSettings
-from haqueue.replication.journal import JournalError, fatal_message
+from haqueue.replication.journal import REGULAR_COMMAND, JournalError, fatal_message, frame, unframe
 from haqueue.replication import snapshot_writer
 from haqueue.replication.raft_snapshots import RaftSnapshots
 from haqueue.replication.observed import RaftObservations
@@ -151,6 +151,8 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
             bindAddress=self_address,
         )
         super().__init__(self_address, partner_addresses, conf, transportClass=SyncingTransport)
+        if self._methodToID != {"apply_entry_v0": 0}:  # what journal.frame writes (submit)
+            raise RuntimeError(f"replicated methods {self._methodToID}: apply_entry must be the only one, id 0")
         self.journal = journal_file.journal if journal_file is not None else None
         self.snapshots.load_at_start(self.journal)
         self.adopt_logged_changes()  # the log's group, not only the file's (membership.py)
@@ -482,10 +484,25 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         During a leadership hand-off it waits, unsent (membership.py)."""
         if self.hold(data, callback):
             return
-        self.apply_entry(data, callback=callback)
+        # What apply_entry(data, callback=callback) logs, framed as the lone node and
+        # the tools frame it (journal.frame): pysyncobj's decorator pickles with
+        # protocol 2, where bytes become a latin-1 string and a call to
+        # _codecs.encode to turn them back, on every node (issue 24).
+        self._applyCommand(frame(data), callback)
 
     @replicated
     def apply_entry(self, data):
+        """The one replicated method (D1, method id 0): what a log entry does."""
+        return self._apply_entry(data)
+
+    def _SyncObj__doApplyCommand(self, command):
+        # pysyncobj unpickles with its Python 2 fallback, then calls through the
+        # decorator with keyword arguments; a regular entry is always apply_entry's.
+        if command[0] == REGULAR_COMMAND:
+            return self._apply_entry(unframe(command))
+        return super()._SyncObj__doApplyCommand(command)
+
+    def _apply_entry(self, data):
         if self.fatal_error is not None:
             return None  # stopping: apply nothing more (the connections close)
         self.snapshots.log_bytes += len(data)

@@ -55,3 +55,22 @@ def test_the_one_replicated_method_has_id_zero():
     names = [m for m in dir(ReplicatedQueue) if getattr(getattr(ReplicatedQueue, m), "replicated", False)
              and not m.endswith("_v0")]
     assert names == ["apply_entry"]
+
+
+def test_every_node_logs_an_entry_framed_as_the_lone_node_and_the_tools_frame_it():
+    # A replicated node logs journal.frame(entry) (pickle protocol 5), not what
+    # pysyncobj's decorator would (protocol 2); the lone node, replay and recover
+    # read one framing, and every follower applies it.
+    from haqueue.replication.journal import frame, unframe
+    from tests.support.ticked import ticked_cluster
+
+    entry = C.encode_batch(1_000, [(C.PUT, "default", 0, 0, 60_000, b"framed")])
+    with ticked_cluster() as cluster:
+        leader = cluster.leader()
+        applied, error = cluster.commit(leader, entry)
+        assert applied is not None, error
+        cluster.run_until(cluster.caught_up, seconds=0.5, what="every node applied it")
+        for node in cluster.nodes:
+            command = node._SyncObj__raftLog[-1][0]
+            assert command == frame(entry) and unframe(command) == entry
+            assert node.state.tube("default").ready_count == 1
