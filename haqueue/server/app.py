@@ -416,6 +416,10 @@ class QueueServer:
     def waiting_on(self, tube: str) -> int:
         return self.waiters.waiting_on(tube)
 
+    def job_made_ready(self, tube: str) -> None:
+        if self.waiters:
+            self.waiters.reserve_with_put(tube)
+
     # ---------------------------------------------------------- after entry
     def _after_entry(self, effects: Effects | None = None) -> None:
         """Runs after each applied entry's continuations, with what the entry did:

@@ -117,4 +117,9 @@ class SessionHost(ConnectionHost, Protocol):
 
     def waiting_on(self, tube: str) -> int: ...
 
+    def job_made_ready(self, tube: str) -> None:
+        """A put that makes a job ready in `tube` was just submitted: a reserve waiting
+        on it may go in the same entry, after it (waiters.reserve_with_put)."""
+        ...
+
     def stats_body(self) -> bytes: ...

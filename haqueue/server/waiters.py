@@ -7,7 +7,9 @@ waiting connection per job available, oldest first, and each tries its reserve
 (a RESERVE command of its own in the next entry); when the leader's TICK makes
 delayed jobs ready, `reserve_with_tick` has the picked ones reserve in the
 TICK's own entry, after it (deadlines.py): one commit between the deadline and
-the reply, not two.
+the reply, not two. A put that makes a job ready does the same for the oldest
+waiter on its tube (`reserve_with_put`): a worker waiting on a tube gets a new
+job one commit after the producer's put, not two (issue 24's cycle).
 
 What it reads of a session (the `Waiter` interface): the tubes it watches, and
 its two ways to reserve.
@@ -72,6 +74,15 @@ class Waiters:
         """The TICK for a deadline was just submitted: the waiters for the jobs it makes
         ready (`ready`: tube -> count) reserve in its entry, after it."""
         for waiter in self.claim(ready):
+            waiter.reserve_now()
+
+    def reserve_with_put(self, tube: str) -> None:
+        """A put that makes a job ready in `tube` was just submitted: the oldest waiter
+        watching it reserves in the put's entry, after it, as beanstalkd hands a new
+        job to a waiting reserve at once. If the job is gone by then (an earlier
+        reserve in the entry took it, or the tube was paused meanwhile) its reserve
+        finds none and it waits on."""
+        for waiter in self.claim({tube: 1}):
             waiter.reserve_now()
 
     def claim(self, available: dict[str, int]) -> list[Waiter]:

@@ -145,18 +145,43 @@ def test_pausing_a_tube_that_does_not_exist_is_answered_here(host):
     assert transport.written == P.NOT_FOUND and host.batcher.pending == []
 
 
-def test_a_reserve_with_nothing_ready_waits_and_a_put_elsewhere_wakes_it(host):
+def test_a_reserve_with_nothing_ready_waits_and_a_put_elsewhere_wakes_it_in_the_same_entry(host):
     worker, worker_out = connect(host, 1)
     producer, producer_out = connect(host, 2)
     worker.data_received(b"reserve\r\n")
     assert host.waiters == {worker} and host.waiting_on(DEFAULT_TUBE) == 1
     assert host.batcher.pending == [] and worker_out.written == b""
     producer.data_received(put(b"job"))
-    host.batcher.commit()  # the put lands; the host sends the waiting reserve to the log
-    assert producer_out.written == b"INSERTED 1\r\n"
-    assert [command[0] for command, _ in host.batcher.pending] == [C.RESERVE] and not host.waiters
+    # The waiting reserve goes to the log right behind the put: one commit, not two.
+    assert [command[0] for command, _ in host.batcher.pending] == [C.PUT, C.RESERVE] and not host.waiters
     host.batcher.commit()
+    assert producer_out.written == b"INSERTED 1\r\n"
     assert worker_out.written == P.reserved(1, b"job")
+
+
+def test_a_delayed_put_leaves_the_waiting_reserve_waiting(host):
+    worker, worker_out = connect(host, 1)
+    producer, producer_out = connect(host, 2)
+    worker.data_received(b"reserve\r\n")
+    producer.data_received(b"put 0 5 60 3\r\njob\r\n")
+    assert [command[0] for command, _ in host.batcher.pending] == [C.PUT] and host.waiters == {worker}
+    host.batcher.commit()
+    assert producer_out.written == b"INSERTED 1\r\n" and worker_out.written == b""
+
+
+def test_a_reserve_sent_behind_a_put_that_finds_no_job_waits_again(host):
+    worker, worker_out = connect(host, 1)
+    producer, producer_out = connect(host, 2)
+    worker.data_received(b"reserve\r\n")
+    # The tube is paused in the same entry, ahead of the put: the job is not reservable
+    # when the reserve behind the put is applied.
+    producer.data_received(b"pause-tube default 60\r\n" + put(b"job"))
+    assert [command[0] for command, _ in host.batcher.pending] == [C.PAUSE_TUBE, C.PUT, C.RESERVE]
+    host.batcher.commit()
+    assert producer_out.written == b"PAUSED\r\nINSERTED 1\r\n"
+    # Its reserve found no job: no answer, and the worker reserves on (waiting, or,
+    # in this host whose entries are stamped far from the wall clock, trying again).
+    assert worker_out.written == b"" and worker.reserving
 
 
 def test_a_reserve_with_timeout_zero_answers_timed_out_without_the_log(host):

@@ -161,6 +161,12 @@ class LocalHost:
     def stop_waiting(self, session: Session) -> None:
         self.waiters.discard(session)
 
+    def job_made_ready(self, tube: str) -> None:
+        for waiting in list(self.waiters):  # as QueueServer's, but any one of them
+            if tube in waiting.watch:
+                waiting.reserve_now()
+                return
+
     def stats_body(self) -> bytes:
         return b"---\ncurrent-waiting: %d\n" % len(self.waiters)
 

@@ -395,6 +395,8 @@ class Session(Connection):
         server.directory.ref(tube)
         self._submit((C.PUT, tube, pri, self._duration_ms(delay) if delay else 0, deadline_ms(ttr if ttr > 0 else 1),
                       body), len(body), tube)
+        if not delay:
+            server.job_made_ready(tube)
 
     def _delete(self, args) -> None:
         self._submit((C.DELETE, self.conn_id, args[0]))
