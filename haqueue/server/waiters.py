@@ -30,7 +30,13 @@ class Waiter(Protocol):
 
 class Waiters:
     def __init__(self) -> None:
-        self._waiting: dict[Waiter, None] = {}  # insertion ordered: FIFO
+        # waiter -> the tubes it watched when it began to wait (its watch list cannot
+        # change meanwhile: a waiting reserve holds the connection's pipeline), in
+        # insertion order: FIFO.
+        self._waiting: dict[Waiter, tuple[str, ...]] = {}
+        # tube -> its waiters, FIFO: a put asks for one, `current-waiting` for the count,
+        # without a walk over every waiting connection (there may be thousands).
+        self._by_tube: dict[str, dict[Waiter, None]] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -42,17 +48,29 @@ class Waiters:
         return waiter in self._waiting
 
     def start(self, waiter: Waiter) -> None:
-        self._waiting[waiter] = None
+        if waiter in self._waiting:
+            return
+        tubes = self._waiting[waiter] = tuple(waiter.watch)
+        for name in tubes:
+            self._by_tube.setdefault(name, {})[waiter] = None
 
     def stop(self, waiter: Waiter) -> None:
-        self._waiting.pop(waiter, None)
+        tubes = self._waiting.pop(waiter, None)
+        if tubes is None:
+            return
+        for name in tubes:
+            on_tube = self._by_tube[name]
+            del on_tube[waiter]
+            if not on_tube:
+                del self._by_tube[name]
 
     def clear(self) -> None:
         self._waiting.clear()
+        self._by_tube.clear()
 
     def waiting_on(self, tube: str) -> int:
         """`current-waiting` of a tube: the connections waiting that watch it."""
-        return sum(1 for w in self._waiting if tube in w.watch)
+        return len(self._by_tube.get(tube, ()))
 
     def wake(self, reservable) -> list[Waiter]:
         """After an entry that made jobs ready: the waiters picked for them, each of
@@ -82,8 +100,9 @@ class Waiters:
         job to a waiting reserve at once. If the job is gone by then (an earlier
         reserve in the entry took it, or the tube was paused meanwhile) its reserve
         finds none and it waits on."""
-        for waiter in self.claim({tube: 1}):
-            waiter.reserve_now()
+        on_tube = self._by_tube.get(tube)
+        if on_tube:
+            next(iter(on_tube)).reserve_now()  # the oldest; reserve_now stops its wait
 
     def claim(self, available: dict[str, int]) -> list[Waiter]:
         """Waiters, first come first served, at most one per available job."""
