@@ -28,7 +28,7 @@ drives the node's ticks (the server's loop, or a test ticking by hand).
 
 from __future__ import annotations
 
-import select
+import selectors
 import time
 
 from haqueue.replication import pysyncobj_patches
@@ -373,20 +373,21 @@ class SyncingTransport(TCPTransport):
         dropping what the peer sent meanwhile. A close with bytes unread resets the
         link, and a reset drops what the kernel had not delivered yet: followers lost
         the leader's last words that way (docs/pysyncobj.md D33, D37)."""
-        waiting = {}
-        for conn in list(self._connections.values()) + list(self._unknownConnections):
-            fileno = conn.finish(wait)
-            if fileno is not None:
-                waiting[fileno] = conn
         deadline = time.monotonic() + wait
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            readable, _, _ = select.select(list(waiting), [], [], left)
-            for fileno in readable:
-                if waiting[fileno].drained():
-                    del waiting[fileno]
+        # A selector, not select(): a node serving many clients has descriptors past
+        # FD_SETSIZE (1024), and select() refuses those.
+        with selectors.DefaultSelector() as waiting:
+            for conn in list(self._connections.values()) + list(self._unknownConnections):
+                fileno = conn.finish(max(0.0, deadline - time.monotonic()))
+                if fileno is not None:
+                    waiting.register(fileno, selectors.EVENT_READ, conn)
+            while waiting.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in waiting.select(left):
+                    if key.data.drained():
+                        waiting.unregister(key.fd)
 
     def dropNode(self, node):
         # A member removed (membership.py): nothing it said may count any more,
@@ -395,7 +396,7 @@ class SyncingTransport(TCPTransport):
         super().dropNode(node)
         self._outgoing.discard(conn)
         for table in (self.last_heard, self.ack_heard_at, self.slow_heard_at, self._seq_from, self._sent_at,
-                      self._ack_through, self.lease.acks):
+                      self._ack_through, self.lease.acks, self.round_trip):
             table.pop(node, None)
         self.peers_up.discard(node)
 

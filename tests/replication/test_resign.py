@@ -12,7 +12,9 @@ its links; what it said before the reset must still be read.
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 
 import pytest
 
@@ -160,3 +162,30 @@ def test_followers_whose_timeouts_run_out_together_elect_one_leader_in_one_term(
         cluster.run_until(lambda: any(n._isLeader() for n in survivors), seconds=cluster.timing.election_max,
                           what="a new leader")
         assert max(n.raftCurrentTerm for n in survivors) == term + 1
+
+
+def test_a_leader_whose_links_have_descriptors_past_fd_setsize_stops_and_resigns(caplog):
+    # A node serving many clients has descriptors past 1024, which select() refuses:
+    # the stop's wait for its peers' FIN (transport.close_links) must not use it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        if hard != resource.RLIM_INFINITY and hard < 2048:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard}: cannot open 1,100 descriptors")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with ticked_cluster() as cluster:
+            old = cluster.leader()
+            links = list(old.transport._connections.values())
+            assert links and all(link._fileno > 1024 for link in links)
+            old.stop()
+            # Its shutdown ran whole: nothing failed and was only logged (raft_node._destroy).
+            assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+            cluster.paused.add(old)
+            took = cluster.run_until(_successor_serving(cluster, old), seconds=cluster.timing.election_max,
+                                     what="a successor leading with its read lease")
+            assert took < cluster.timing.election_min / 2, took  # the resignation arrived
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
