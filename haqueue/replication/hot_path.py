@@ -39,7 +39,6 @@ class HotPathMixin:
     """Mixed into ReplicatedQueue (before SyncObj): see the module docstring."""
 
     deferring_sends = False  # within _checkCommandsToApply: one send after the commands (D38)
-    entries_unsent = False  # a command was logged meanwhile
 
     def light_tick(self) -> bool:
         """Do what messages and commands need (module docstring); False, with
@@ -92,8 +91,7 @@ class HotPathMixin:
         # heartbeat and on election. Commands are logged in _checkCommandsToApply,
         # which sends once after them all, to the followers the commit needs (D38).
         if self.deferring_sends:
-            self.entries_unsent = True
-            return None
+            return None  # _checkCommandsToApply sends what it logged
         return self.send_appends(everyone=True)
 
     def send_appends(self, everyone: bool):

@@ -193,15 +193,14 @@ class ReplicatedQueue(MembershipMixin, HotPathMixin, SyncObj):
         if self._SyncObj__commandsQueue._FastQueue__queue:
             # D38: pysyncobj sends to every follower after each command it logs; hold
             # those sends, then send once, to the followers the commit needs.
+            logged = self._SyncObj__raftLog[-1][1]
             self.deferring_sends = True
             try:
                 SyncObj._checkCommandsToApply(self)
             finally:
                 self.deferring_sends = False
-            if self.entries_unsent:
-                self.entries_unsent = False
-                if self._isLeader():
-                    self.send_appends(everyone=False)
+            if self._SyncObj__raftLog[-1][1] > logged and self._isLeader():
+                self.send_appends(everyone=False)
 
     def _SyncObj__applyLogEntries(self):
         # Point 16: apply, but do not make the leader announce the new commit index.
