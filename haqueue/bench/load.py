@@ -592,17 +592,19 @@ async def _run_share(spec: LoadSpec, ready: Callable[[], Awaitable[int]] | None)
     opened: list[_Connection] = []
     tasks: list[asyncio.Task] = []
 
-    async def keep(coro: Awaitable[_Connection]) -> _Connection:
-        conn = await coro
+    # keep() makes the setup coroutine itself: one made here and handed over would
+    # never be awaited if the run were cancelled before keep's task started.
+    async def keep(setup: Callable[[LoadSpec], Awaitable[_Connection]]) -> _Connection:
+        conn = await setup(spec)
         opened.append(conn)
         return conn
 
     try:
         producer_conns = await asyncio.gather(
-            *(keep(_setup_producer(spec)) for _ in range(n_producers))
+            *(keep(_setup_producer) for _ in range(n_producers))
         )
         consumer_conns = await asyncio.gather(
-            *(keep(_setup_consumer(spec)) for _ in range(n_consumers))
+            *(keep(_setup_consumer) for _ in range(n_consumers))
         )
         if cycle:
             await _require_empty_tube(spec, producer_conns[0])

@@ -509,8 +509,10 @@ async def _run(peer, spec: LoadSpec) -> ShareResult:
     opened: list[_Stream] = []
     tasks: list[asyncio.Task] = []
 
-    async def keep(coro: Awaitable[tuple[_Stream, object]]):
-        conn, role = await coro
+    # keep() makes the setup coroutine itself, as in load.py: one made outside it
+    # would never be awaited if the run were cancelled before keep's task started.
+    async def keep(setup: Callable[[_Run], Awaitable[tuple[_Stream, object]]]):
+        conn, role = await setup(run)
         opened.append(conn)
         return conn, role
 
@@ -518,8 +520,8 @@ async def _run(peer, spec: LoadSpec) -> ShareResult:
         # The run's clock starts once every connection is ready, as in load.py.
         t_start = monotonic_ns()
         run = _Run(spec, t_start)
-        producers = await asyncio.gather(*(keep(peer.producer(run)) for _ in range(n_producers)))
-        workers = await asyncio.gather(*(keep(peer.worker(run)) for _ in range(n_workers)))
+        producers = await asyncio.gather(*(keep(peer.producer) for _ in range(n_producers)))
+        workers = await asyncio.gather(*(keep(peer.worker) for _ in range(n_workers)))
         run.t_start = t_start = monotonic_ns()
         run.t0 = t_start + int(spec.warmup * 1e9)
         run.t1 = run.t0 + int(spec.duration * 1e9) if spec.duration is not None else run.t1

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -192,3 +194,22 @@ def test_ready_callback_sets_the_start_of_the_run(bs):
 
     asyncio.run(run_share(spec(bs, tube="gate", jobs=10), ready))
     assert seen == {"puts before start": 0}
+
+
+def test_a_run_cancelled_while_its_connections_start_leaves_no_coroutine_unawaited():
+    # Ctrl-C cancels the load's main task. Cancelled before the tasks that open
+    # the connections took their first step, a run must not leave behind a
+    # coroutine that was made and never awaited: Python prints a RuntimeWarning
+    # for it at exit, after bench's "haqueue: interrupted" (CI saw it once).
+    async def cancel_as_connections_start():
+        task = asyncio.create_task(run_share(spec(1, workload="cycle", producers=3, consumers=3)))
+        await asyncio.sleep(0)  # the run's first step: the connection tasks exist, none started
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(cancel_as_connections_start())
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
