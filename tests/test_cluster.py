@@ -84,11 +84,14 @@ def test_limits_tls_and_admin_token_are_read_with_documented_defaults():
     c = parse_cluster(BASE)
     assert (c.limits.max_connections, c.limits.max_tubes, c.limits.max_watched_tubes) == (10000, 100000, 1000)
     assert (c.limits.max_memory, c.limits.output_timeout, c.limits.disk_reserve) == (0, 60.0, None)
+    assert c.limits.max_input_buffers == 256 << 20
     assert c.tls is None and c.admin_token is None
     c = parse_cluster(BASE.replace('secret = "change-me"\n', 'secret = "change-me"\nadmin_token = "t0k"\n')
                       + '[limits]\nmax_connections = 500\nmax_memory = "2GiB"\noutput_timeout = 5\n'
+                      + 'max_input_buffers = "64MiB"\n'
                       + '[tls]\ncert = "/etc/haqueue/cert.pem"\nkey = "/etc/haqueue/key.pem"\n')
     assert (c.limits.max_connections, c.limits.max_memory, c.limits.output_timeout) == (500, 2 << 30, 5.0)
+    assert c.limits.max_input_buffers == 64 << 20
     assert (c.tls.cert, c.tls.key) == ("/etc/haqueue/cert.pem", "/etc/haqueue/key.pem")
     assert c.admin_token == "t0k"
 
@@ -173,6 +176,7 @@ def test_each_problem_is_one_line_naming_the_key(old, new, expected):
         ('[limits]\nmax_connections = 0', "limits.max_connections: 0 is out of range 1..10000000"),
         ('[limits]\nmax_memory = "lots"', "limits.max_memory: 'lots' is not a size"),
         ('[limits]\nmax_memory = true', "limits.max_memory: must be bytes or a size"),
+        ('[limits]\nmax_input_buffers = "much"', "limits.max_input_buffers: 'much' is not a size"),
         ('[limits]\noutput_timeout = "1m"', "limits.output_timeout: must be a number of seconds"),
         ('[limits]\ndisk_reserve = "some"', "limits.disk_reserve: 'some' is not a size"),
         ('[limits]\ndisk_reserve = false', "limits.disk_reserve: must be bytes, a size like"),

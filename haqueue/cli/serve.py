@@ -72,6 +72,9 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
               help="Tubes one connection may watch; more answers OUT_OF_MEMORY. [default: 1000]")
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Resident memory (e.g. 2GiB) above which puts answer OUT_OF_MEMORY. [default: 0, off]")
+@click.option("--max-input-buffers", default=None, metavar="SIZE",
+              help="Bytes of big requests (put bodies, Gearman packets over 64 KiB) all clients may "
+                   "have on their way at once; more wait their turn. [default: 256MiB]")
 @click.option("--disk-reserve", default=None, metavar="SIZE",
               help="Floor of the disk reserve (e.g. 64MiB, or off): below the reserve puts answer "
                    "OUT_OF_MEMORY until space returns. [default: 1/16 of the data file system, at most 64MiB]")
@@ -92,8 +95,8 @@ from haqueue.cli.user_errors import HaqueueError, load_cluster_file
                    "0: off. [default: 0; the cluster file's gearman_port]")
 def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size, compact, user,
           verbose, show_version, config_path, node_id, admin, log_json, admin_token, max_connections,
-          max_tubes, max_watched_tubes, max_memory, disk_reserve, output_timeout, tls_cert, tls_key, id_port,
-          id_rate_limit, gearman_port) -> None:
+          max_tubes, max_watched_tubes, max_memory, max_input_buffers, disk_reserve, output_timeout, tls_cert,
+          tls_key, id_port, id_rate_limit, gearman_port) -> None:
     """Run a haqueue node (beanstalkd's flags work as aliases)."""
     if show_version:
         click.echo(f"haqueue {__version__} (beanstalkd 1.12 protocol)")
@@ -112,7 +115,8 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
         else:
             options = node_start.lone_options(listen, port, data_dir, policy, max_job_size)
         _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
-                              max_memory, output_timeout, tls_cert, tls_key, disk_reserve)
+                              max_memory, output_timeout, tls_cert, tls_key, disk_reserve,
+                              max_input_buffers)
         if id_port is not None:
             if options.listen.unix_path:
                 raise HaqueueError("--id-port needs -l HOST (the id service's UDP address), not a Unix socket")
@@ -150,7 +154,8 @@ def serve(listen, port, data_dir, fsync_ms, no_fsync, max_job_size, journal_size
 
 
 def _apply_client_options(options, admin_token, max_connections, max_tubes, max_watched_tubes,
-                          max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None) -> None:
+                          max_memory, output_timeout, tls_cert, tls_key, disk_reserve=None,
+                          max_input_buffers=None) -> None:
     """Flags given on the command line win over the cluster file's (already in options)."""
     from haqueue.server.tls import TlsFiles
     from haqueue.config.limits import parse_reserve, parse_size
@@ -167,6 +172,11 @@ def _apply_client_options(options, admin_token, max_connections, max_tubes, max_
             limits.max_memory = parse_size(max_memory)
         except ValueError as exc:
             raise HaqueueError(f"--max-memory: {exc}") from None
+    if max_input_buffers is not None:
+        try:
+            limits.max_input_buffers = parse_size(max_input_buffers)
+        except ValueError as exc:
+            raise HaqueueError(f"--max-input-buffers: {exc}") from None
     if disk_reserve is not None:
         try:
             limits.disk_reserve = parse_reserve(disk_reserve)

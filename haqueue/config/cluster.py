@@ -74,6 +74,7 @@ Shape (keys may be added; these are relied on by tooling and docs):
     max_watched_tubes = 1000     # per connection; watch beyond it: OUT_OF_MEMORY
     max_memory = "0"             # resident bytes ("2GiB"); above it puts: OUT_OF_MEMORY; 0 = off
     output_timeout = 60          # seconds a client may leave its replies unread before it is closed
+    max_input_buffers = "256MiB" # big requests (over 64 KiB) on their way, all clients together
     disk_reserve = "64MiB"       # floor of the disk reserve (docs/operations.md); "off"; default:
                                  # 1/16 of the data file system, at most 64 MiB
 
@@ -452,15 +453,18 @@ def _read_limits(top: Fields) -> ClientLimits:
     """[limits]: what clients may hold (server/limits.py owns the numbers' meaning)."""
     t = top.optional_table(
         "limits", ("max_connections", "max_tubes", "max_watched_tubes", "max_memory", "output_timeout",
-                   "disk_reserve"))
+                   "disk_reserve", "max_input_buffers"))
     d = ClientLimits()
-    memory = t.get("max_memory", d.max_memory)
-    if isinstance(memory, bool) or not isinstance(memory, (int, str)):
-        raise t.fail("max_memory", f"must be bytes or a size like \"2GiB\", not {memory!r}")
-    try:
-        memory = parse_size(str(memory))
-    except ValueError as exc:
-        raise t.fail("max_memory", str(exc)) from None
+
+    def size(key: str, default: int) -> int:
+        value = t.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise t.fail(key, f"must be bytes or a size like \"2GiB\", not {value!r}")
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            raise t.fail(key, str(exc)) from None
+
     reserve = t.get("disk_reserve", None)
     if reserve is not None:
         if isinstance(reserve, bool) or not isinstance(reserve, (int, str)):
@@ -473,7 +477,8 @@ def _read_limits(top: Fields) -> ClientLimits:
         max_connections=t.integer("max_connections", d.max_connections, 1, 10**7),
         max_tubes=t.integer("max_tubes", d.max_tubes, 1, 10**9),
         max_watched_tubes=t.integer("max_watched_tubes", d.max_watched_tubes, 1, 10**9),
-        max_memory=memory,
+        max_memory=size("max_memory", d.max_memory),
+        max_input_buffers=size("max_input_buffers", d.max_input_buffers),
         output_timeout=t.number("output_timeout", d.output_timeout, 0, 86400),
         disk_reserve=reserve,
     )

@@ -26,6 +26,9 @@ class ClientLimits:
     max_watched_tubes: int = 1000
     max_memory: int = 0  # bytes of resident memory; 0: no limit
     output_timeout: float = 60.0  # seconds a connection's output may stay over OUTPUT_HIGH
+    # Bytes of requests bigger than a connection's own input bound (a put's body, a
+    # Gearman packet) that all connections may hold while they arrive (input_budget.py).
+    max_input_buffers: int = 256 << 20
     # The disk reserve's floor in bytes (disk_reserve.py); None: the default (1/16 of the
     # file system, at most 64 MiB); RESERVE_OFF (-1): no reserve.
     disk_reserve: int | None = None

@@ -510,6 +510,13 @@ class BeanstalkParser:
         """Bytes received and not yet consumed (a server can bound its memory with this)."""
         return len(self._buf) - self._pos
 
+    @property
+    def request_size(self) -> int:
+        """The size of the request being received, once known and until it has all
+        arrived: a put's body and its CRLF. 0 otherwise (a command line is at most
+        LINE_BUF_SIZE). A server that holds many connections bounds their sum with it."""
+        return self._put.size + 2 if self._state == _BODY else 0
+
     def next_event(self):
         buf = self._buf
         while True:

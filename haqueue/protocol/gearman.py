@@ -155,6 +155,17 @@ class GearmanDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def request_size(self) -> int:
+        """The size of the packet being received, header included, once its header has
+        arrived and until the whole packet has; 0 otherwise. A server that holds many
+        connections bounds their sum with it."""
+        buffer = self._buffer
+        if self._broken or len(buffer) < HEADER.size or buffer[0] != 0:
+            return 0
+        end = HEADER.size + HEADER.unpack_from(buffer)[2]
+        return end if len(buffer) < end else 0
+
     def receive_data(self, data: bytes) -> None:
         if not self._broken:
             self._buffer += data

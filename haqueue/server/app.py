@@ -47,6 +47,7 @@ from haqueue.server.beanstalk.stats import ServerCounters, server_stats
 from haqueue.server.beanstalk.tubes import TubeDirectory
 from haqueue.server.deadlines import Deadlines
 from haqueue.server.disk_reserve import DiskReserve
+from haqueue.server.input_budget import InputBudget
 from haqueue.server.gc_policy import CollectorPolicy
 from haqueue.server.ids import rules as id_rules
 from haqueue.server.limits import MemoryGauge, raise_fd_limit
@@ -139,6 +140,7 @@ class QueueServer:
         self.collector: CollectorPolicy | None = None
         self.memory: MemoryGauge | None = None
         self.disk: DiskReserve | None = None
+        self.input_budget = InputBudget(self.limits.max_input_buffers)
         self._tls_context: ssl.SSLContext | None = None
         self._id_listener: IdListener | None = None
         self.gearman: GearmanService | None = None
@@ -477,6 +479,10 @@ class QueueServer:
             ("memory-rss", self.memory.resident() if self.memory is not None else 0),
             ("out-of-memory-replies", counters.out_of_memory_replies),
             ("output-limit-closes", counters.output_limit_closes),
+            ("max-input-buffers", limits.max_input_buffers),
+            ("input-buffers", self.input_budget.held),
+            ("input-buffer-waits", self.input_budget.waits),
+            ("input-stall-closes", self.input_budget.stall_closes),
             ("turns-yielded-to-raft", self.turns.deferred),
             ("tls", self._tls_context is not None),
         ]

@@ -21,9 +21,14 @@ current entry, in one write. What this class owns, the same for both:
 - **Input bounds.** A pipeline that is blocked (on its writes, its output,
   its turn) stops reading once its decoder holds INPUT_HIGH, so TCP pushes
   back on the sender; one that waits for the rest of a request keeps reading.
+  A request bigger than INPUT_HIGH first takes its whole size from the node's
+  input budget (input_budget.py), which bounds what all connections hold; until
+  it gets it, the connection is not read. One that then sends nothing for the
+  output timeout is closed, so it cannot keep the others waiting.
 
 A subclass provides `_pump()` (run its requests, as far as they can go),
-`_input_buffered()`, `_yield_turn()`, `_close_if_done()` and the attributes
+`_input_buffered()`, `_request_size()` (its decoder's `request_size`),
+`_yield_turn()`, `_close_if_done()` and the attributes
 `starved`, `yielded`, `pumping`; `host` is its server as host.ConnectionHost
 describes it.
 """
@@ -56,6 +61,12 @@ class Connection(asyncio.Protocol):
         self.needs_lease = False  # a filled slot hands out a job: write it under the lease
         self.paused_reading = False
         self.closed = False
+        # The node's input budget (input_budget.py): the size of the big request being
+        # received that this connection asked for, and whether it was granted.
+        self.input_wanted = 0
+        self.input_granted_size = 0
+        self.stall_timer: asyncio.TimerHandle | None = None
+        self.stall_seen = 0  # what the decoder held at the stall timer's last look
 
     def _stop_timers(self) -> None:
         """At connection_lost: the output and lease timers every connection has, cancelled
@@ -64,14 +75,14 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self.output_timer = self.lease_timer = None
+        self._budget_for(0)  # what it held of the input budget goes back, or it waits no more
 
     # ------------------------------------------------------------- pipeline
     def _serve(self) -> None:
         """Run what can run, write what is answered, and read only as much as fits."""
         self.pump()
         self.flush()
-        if self.paused_reading or not self.starved:  # else reading goes on as it is
-            self._regulate_reading()
+        self._regulate_reading()
 
     def pump(self) -> None:
         """Run the pipeline (the subclass's _pump), unless it yielded its turn or is running."""
@@ -125,13 +136,66 @@ class Connection(asyncio.Protocol):
         """
         if self.closed:
             return
-        pause = not self.starved and self._input_buffered() >= INPUT_HIGH
+        wanted = self._request_size()  # a request partly here, whatever the pipeline waits on
+        if wanted != self.input_wanted and (wanted > INPUT_HIGH or self.input_wanted):
+            self._budget_for(wanted if wanted > INPUT_HIGH else 0)
+        if self.input_wanted and not self.input_granted_size:
+            pause = True  # waiting for the node's input budget
+        else:
+            pause = not self.starved and self._input_buffered() >= INPUT_HIGH
         if pause != self.paused_reading:
             self.paused_reading = pause
             if pause:
                 self.transport.pause_reading()
             else:
                 self.transport.resume_reading()
+
+    def _budget_for(self, size: int) -> None:
+        """Hold `size` bytes of the node's input budget for the request being received
+        (0: none): what was held goes back first, and a request still waiting leaves
+        the line."""
+        budget = self.host.input_budget
+        if self.input_granted_size:
+            granted, self.input_granted_size = self.input_granted_size, 0
+            budget.release(granted)
+        elif self.input_wanted:
+            budget.cancel(self)
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
+        self.input_wanted = size
+        if size and budget.reserve(self, size):
+            self._granted(size)
+
+    def input_granted(self, size: int) -> None:
+        """The input budget grants what this connection waited for: read on."""
+        self._granted(size)
+        if not self.closed:
+            self._regulate_reading()
+
+    def _granted(self, size: int) -> None:
+        self.input_granted_size = size
+        self.stall_seen = self._input_buffered()
+        timeout = self.host.limits.output_timeout
+        if timeout > 0:
+            self.stall_timer = self.host.loop.call_later(timeout, self._stall_check)
+
+    def _stall_check(self) -> None:
+        """A request granted the input budget must keep arriving: one that got no byte
+        over a whole output timeout is closed, so it cannot keep others waiting."""
+        self.stall_timer = None
+        if self.closed:
+            return
+        held, timeout = self._input_buffered(), self.host.limits.output_timeout
+        if held != self.stall_seen:
+            self.stall_seen = held
+            self.stall_timer = self.host.loop.call_later(timeout, self._stall_check)
+            return
+        self.host.input_budget.stall_closes += 1
+        log.warning("closing %s %s: it sent nothing more of a %d-byte request for %gs while it held the "
+                    "node's input budget", self.PROTOCOL, self.transport.get_extra_info("peername"),
+                    self.input_wanted, timeout)
+        self.abort()
 
     # --------------------------------------------------------------- output
     def pause_writing(self) -> None:

@@ -20,6 +20,7 @@ from haqueue.config.limits import ClientLimits
 from haqueue.core.state import QueueState
 from haqueue.server.beanstalk.stats import ServerCounters
 from haqueue.server.beanstalk.tubes import TubeDirectory
+from haqueue.server.input_budget import InputBudget
 
 if TYPE_CHECKING:
     from haqueue.server.beanstalk.session import Session
@@ -84,6 +85,7 @@ class ConnectionHost(Protocol):
     turns: Turns
     memory: Admits
     disk: Admits
+    input_budget: InputBudget  # what all connections may hold of requests bigger than INPUT_HIGH
     counters: ServerCounters
     serving: bool  # false once leadership is lost: commands are no longer taken
     draining: bool  # puts (and Gearman submits) answer DRAINING

@@ -539,3 +539,14 @@ def test_counts_as_matches_real_beanstalkd_cmd_stats(real_servers):
             after = _cmd_counts(conn, verbs)
             expected = {verb: sum(e.counts_as == verb for e in events) for verb in verbs}
             assert {v: after[v] - before[v] for v in verbs} == expected, data
+
+
+def test_request_size_is_the_put_body_being_received_with_its_crlf():
+    parser = bs.BeanstalkParser(max_job_size=1 << 20)
+    parser.receive_data(b"put 0 0 60 100000\r\n" + b"x" * 10)
+    assert parser.request_size == 0  # the line is not parsed until the parser is asked
+    assert parser.next_event() is bs.NEED_DATA
+    assert parser.request_size == 100_002
+    parser.receive_data(b"x" * 99_990 + b"\r\n")
+    assert parser.next_event().name == "put"
+    assert parser.request_size == 0

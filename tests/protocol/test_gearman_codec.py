@@ -142,3 +142,18 @@ def test_a_stopped_decoder_drops_what_it_holds_and_what_arrives():
     decoder.stop()
     decoder.receive_data(G.request("ECHO_REQ", b"later"))
     assert events(decoder) == [] and decoder.buffered == 0
+
+
+def test_request_size_is_the_packet_being_received_from_its_header_to_its_last_byte():
+    packet = G.request("SUBMIT_JOB", b"reverse", b"", b"x" * 100_000)
+    decoder = G.GearmanDecoder()
+    decoder.receive_data(packet[:5])
+    assert decoder.request_size == 0  # no whole header yet
+    decoder.receive_data(packet[5:50])
+    assert decoder.request_size == len(packet)
+    assert events(decoder) == []
+    decoder.receive_data(packet[50:])
+    assert decoder.request_size == 0  # all here
+    assert len(events(decoder)) == 1
+    decoder.receive_data(b"status\n"[:3])
+    assert decoder.request_size == 0  # an admin line is bounded by MAX_LINE instead

@@ -12,6 +12,7 @@ import resource
 import socket
 import time
 
+import psutil
 import pytest
 
 from haqueue.bench.flood import Flood
@@ -224,3 +225,82 @@ def test_a_long_pipeline_then_half_close_is_answered_in_full_as_beanstalkd_does(
             assert rest == b""
             assert len(replies) == 6000, (srv.name, len(replies))
             assert replies[-1] == b"USING default\r\n"
+
+
+def wait_for_stat(watcher: RawConn, key: str, value: str, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while (seen := stat(watcher, key)) != value:
+        assert time.monotonic() < deadline, f"{key} stayed {seen}, never {value}"
+        time.sleep(0.02)  # polling the node's own count, bounded by the deadline
+
+
+def test_big_puts_on_their_way_share_the_node_wide_input_budget_and_each_completes():
+    size = 3_000_000
+    request = size + 2  # the body and its CRLF
+    line = f"put 0 0 60 {size}\r\n".encode()
+    body = b"x" * size + b"\r\n"
+    with haqueue("-z", str(size), "--max-input-buffers", str(2 * request)) as srv, srv.connect() as watcher:
+        with srv.connect() as a, srv.connect() as b, srv.connect() as c:
+            a.send(line + body[:1000])
+            b.send(line + body[:1000])
+            wait_for_stat(watcher, "haqueue-input-buffers", str(2 * request))
+            c.send(line + body[:1000])  # no room left: c waits its turn, and is not read
+            wait_for_stat(watcher, "haqueue-input-buffer-waits", "1")
+            assert stat(watcher, "haqueue-input-buffers") == str(2 * request)
+            a.send(body[1000:])
+            assert a.recv_reply().startswith(b"INSERTED ")
+            # a's bytes went back and c holds them now: still two requests' worth
+            wait_for_stat(watcher, "haqueue-input-buffers", str(2 * request))
+            c.send(body[1000:])
+            assert c.recv_reply().startswith(b"INSERTED ")
+            b.send(body[1000:])
+            assert b.recv_reply().startswith(b"INSERTED ")
+        wait_for_stat(watcher, "haqueue-input-buffers", "0")
+        assert stat(watcher, "current-jobs-ready") == "3"
+
+
+def test_many_clients_starting_big_puts_cannot_grow_the_node_beyond_the_input_budget():
+    # Without the budget each connection holds its put's body as it arrives: 24 of
+    # 4 MB grew the node by ~96 MiB. With it, two requests' worth is read, and the
+    # others wait with at most a socket read each, their bodies in the kernel's buffers.
+    size, clients = 4_000_000, 24
+    budget = 2 * (size + 2)
+    line = f"put 0 0 60 {size}\r\n".encode()
+    with haqueue("-z", str(size), "--max-input-buffers", str(budget)) as srv, srv.connect() as watcher:
+        node = psutil.Process(srv.pid)
+        before = node.memory_info().rss
+        conns = [srv.connect() for _ in range(clients)]
+        try:
+            for conn in conns:
+                conn.send(line)
+            for conn in conns:  # as much of each body as the kernel takes, all but its end
+                conn.sock.setblocking(False)
+                try:
+                    conn.sock.send(b"x" * (size - 1))
+                except BlockingIOError:
+                    pass
+            wait_for_stat(watcher, "haqueue-input-buffer-waits", str(clients - 2))
+            wait_for_stat(watcher, "haqueue-input-buffers", str(budget))
+            grown = node.memory_info().rss - before
+            assert grown < budget + 16 * (1 << 20), f"the node grew by {grown / (1 << 20):.0f} MiB"
+        finally:
+            for conn in conns:
+                conn.close()
+        wait_for_stat(watcher, "haqueue-input-buffers", "0")
+        assert stat(watcher, "current-connections") == "1"
+
+
+def test_a_client_that_stops_sending_a_big_put_is_closed_and_the_next_goes_on():
+    size = 1_000_000
+    line = f"put 0 0 60 {size}\r\n".encode()
+    body = b"y" * size + b"\r\n"
+    with haqueue("-z", str(size), "--max-input-buffers", str(size + 2), "--output-timeout", "0.5") as srv, \
+            srv.connect() as watcher, srv.connect() as stalled, srv.connect() as next_:
+        stalled.send(line + body[:100_000])  # and then nothing
+        wait_for_stat(watcher, "haqueue-input-buffers", str(size + 2))
+        next_.send(line + body[:1000])
+        wait_for_stat(watcher, "haqueue-input-stall-closes", "1")
+        next_.send(body[1000:])
+        assert next_.recv_reply().startswith(b"INSERTED ")
+        with pytest.raises(ConnectionClosed):
+            stalled.recv_reply()

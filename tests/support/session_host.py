@@ -23,6 +23,7 @@ from haqueue.config.limits import ClientLimits
 from haqueue.server.beanstalk.session import Session
 from haqueue.server.beanstalk.stats import ServerCounters
 from haqueue.server.beanstalk.tubes import TubeDirectory
+from haqueue.server.input_budget import InputBudget
 
 STAMP = 1_700_000_000_000
 
@@ -121,6 +122,7 @@ class LocalHost:
         self.turns = Turns(loop)
         self.memory = Memory()
         self.disk = Memory()  # the disk reserve: admits while `room`
+        self.input_budget = InputBudget(self.limits.max_input_buffers)
         self.directory = TubeDirectory()
         self.counters = ServerCounters()
         self.serving = True

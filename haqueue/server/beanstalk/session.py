@@ -140,6 +140,9 @@ class Session(Connection):
     def _input_buffered(self) -> int:
         return self.parser.buffered
 
+    def _request_size(self) -> int:
+        return self.parser.request_size
+
     def data_received(self, data: bytes) -> None:
         self.server.turns.raft_first()  # an overdue heartbeat before this connection's turn
         if self.early is not None:

@@ -134,6 +134,9 @@ class GearmanSession(Connection):
     def _input_buffered(self) -> int:
         return self.decoder.buffered
 
+    def _request_size(self) -> int:
+        return self.decoder.request_size
+
     def data_received(self, data: bytes) -> None:
         self.host.turns.raft_first()  # an overdue heartbeat before this connection's turn
         self.decoder.receive_data(data)
