@@ -39,10 +39,10 @@ import io
 import pickle
 from operator import itemgetter
 
-LOG_FORMAT_VERSION = 4
+LOG_FORMAT_VERSION = 5
 # The opcodes each version added start here. Version 3 is shared by two
 # features built in parallel: the id service owns 15-19, Gearman 20-39.
-FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15, 4: 40}
+FIRST_OPCODE_OF_VERSION = {1: 0, 2: 14, 3: 15, 4: 40, 5: 42}
 
 TICK = 0  # (TICK,) no change of its own: carries a stamp so deadlines fire
 PUT = 1  # (PUT, tube, pri, delay_ms, ttr_ms, body)
@@ -79,6 +79,11 @@ GM_SUBMIT_KEEP = 40  # (GM_SUBMIT_KEEP, conn, function, unique, data, priority, 
 # jobs running or queued, as gearmand counts them (GM_SUBMIT: queued only)
 GM_REQUEUE = 41  # (GM_REQUEUE, conn, handle): the worker's CAN_DO_TIMEOUT ran out; the job
 # goes back to the end of its queue, as gearmand puts it back
+# version 5: bounded entries
+DROP_CONN_SOME = 42  # (DROP_CONN_SOME, conn, limit): DROP_CONN of at most `limit` of the closed
+# connection's reservations, so that one entry's apply stays short; the rest stay reserved by
+# it for the next. The server sends it only for a connection holding more than one entry's
+# worth (server/beanstalk/drops.py), so a cluster being upgraded meets it rarely.
 
 NAMES = {
     TICK: "tick",
@@ -105,6 +110,7 @@ NAMES = {
     GM_MAX_QUEUE: "gearman-max-queue",
     GM_SUBMIT_KEEP: "gearman-submit-keep",
     GM_REQUEUE: "gearman-requeue",
+    DROP_CONN_SOME: "drop-conn-some",
 }
 
 

@@ -15,6 +15,7 @@ is the cheapest thing Python builds. The shapes:
     (ASSIGN, handle, function, unique, data)  a Gearman grab that found a job
     (STATUS, clients)                       a Gearman WORK_STATUS, to forward to its clients
     (ENDED, clients)                        a Gearman WORK_COMPLETE/FAIL/EXCEPTION, likewise
+    (OK, left)                              drop-conn-some: reservations the closed connection still holds
 
 and the results without values below, one shared tuple each. The server maps
 them to bytes in server/beanstalk/replies.py (the Gearman ones in server/gearman/session.py;

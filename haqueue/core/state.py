@@ -59,6 +59,9 @@ SNAPSHOT_FORMAT_VERSION = 4
 # ending at once took 1.9 s). The rest stay due, in deadline order; next_deadline
 # is then in the past, so the leader sends another TICK at once.
 DEADLINES_PER_ENTRY = 5000
+# A closed connection's reservations one DROP_CONN_SOME puts back at most, for the same
+# reason: the server splits a bigger drop into entries of this many (server/beanstalk/drops.py).
+REQUEUES_PER_ENTRY = 5000
 
 
 
@@ -506,6 +509,18 @@ class QueueState:
         self._requeue_reservations([conn])
         return R.DONE
 
+    def _drop_conn_some(self, cmd: tuple, now: int) -> tuple:
+        """DROP_CONN of at most `limit` reservations, the lowest ids first (the order every
+        node agrees on); answers (OK, how many the connection still holds)."""
+        _, conn, limit = cmd
+        if type(conn) is not int or type(limit) is not int or limit < 1:
+            return self._malformed()
+        held = self._reserved_by.get(conn)
+        if held:
+            ids = sorted(held) if len(held) <= limit else heapq.nsmallest(limit, held)
+            self._requeue([held[job_id] for job_id in ids])
+        return (R.Tag.OK, len(self._reserved_by.get(conn, ())))
+
     def _release_orphans(self, cmd: tuple, now: int) -> tuple:
         if len(cmd) == 2:
             _, keep = cmd
@@ -529,12 +544,14 @@ class QueueState:
         # workers a job was handed out before).
         for conn in conns:
             held = self._reserved_by.get(conn)
-            if not held:
-                continue
-            for job in sorted(held.values(), key=_by_id):
-                self._unreserve(job)
-                job.tube.push_ready(job)
-                self._woken.add(job.tube.name)
+            if held:
+                self._requeue(sorted(held.values(), key=_by_id))
+
+    def _requeue(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._unreserve(job)
+            job.tube.push_ready(job)
+            self._woken.add(job.tube.name)
 
     def _id_reserve(self, cmd: tuple, now: int) -> tuple:
         _, rule, app, n = cmd
@@ -856,4 +873,5 @@ _HANDLERS = {
     C.GM_MAX_QUEUE: QueueState._gm_max_queue,
     C.GM_SUBMIT_KEEP: QueueState._gm_submit,
     C.GM_REQUEUE: QueueState._gm_requeue,
+    C.DROP_CONN_SOME: QueueState._drop_conn_some,
 }

@@ -398,8 +398,9 @@ class QueueServer:
         self.drops.forget(session)
         if not self.serving:
             return
-        if session.work_in_flight or self.state.reservations_of(session.conn_id):
-            self.drops.drop(self.batcher, session.conn_id)  # lands after what it had in flight
+        held = len(self.state.reservations_of(session.conn_id))
+        if session.work_in_flight or held:
+            self.drops.drop(self.batcher, session.conn_id, held)  # lands after what it had in flight
 
     def defer_until_drops_applied(self, session: Session) -> bool:
         return self.drops.defer(session)

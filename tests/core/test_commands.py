@@ -96,8 +96,10 @@ def test_opcodes_keep_their_numbers():
         tuple(range(20, 26))
     # Version 4 starts at 40: Gearman as gearmand does it (issue 28).
     assert (C.GM_SUBMIT_KEEP, C.GM_REQUEUE) == (40, 41)
-    assert C.LOG_FORMAT_VERSION == 4
-    assert C.FIRST_OPCODE_OF_VERSION == {1: 0, 2: 14, 3: 15, 4: 40}
+    # Version 5 starts at 42: bounded entries.
+    assert C.DROP_CONN_SOME == 42
+    assert C.LOG_FORMAT_VERSION == 5
+    assert C.FIRST_OPCODE_OF_VERSION == {1: 0, 2: 14, 3: 15, 4: 40, 5: 42}
 
 
 def test_an_entry_carries_the_lowest_version_that_knows_its_commands():

@@ -462,6 +462,40 @@ def test_drop_conn_requeues_its_reservations_without_counting_releases(state):
     assert counts(state, ready=2, urgent=2, reserved=1)
 
 
+def test_drop_conn_some_requeues_at_most_its_limit_lowest_ids_first_and_says_what_is_left(state):
+    run(state, T0, *[put() for _ in range(7)], *[reserve(1) for _ in range(6)], reserve(2))
+    assert one(state, T0, (C.DROP_CONN_SOME, 1, 4)) == ("OK", 2)
+    assert [job_state(state, i) for i in range(1, 8)] == ["ready"] * 4 + ["reserved"] * 3
+    assert state.jobs[1].releases == 0 and state.effects().woken == {"default"}
+    assert one(state, T0, (C.DROP_CONN_SOME, 1, 4)) == ("OK", 0)
+    assert one(state, T0, (C.DROP_CONN_SOME, 1, 4)) == ("OK", 0)  # nothing left: nothing changes
+    assert state.reservations_of(1) == {} and job_state(state, 7) == "reserved"
+
+
+def test_drop_conn_some_in_steps_ends_where_one_drop_conn_does():
+    def reserved_by_one() -> QueueState:
+        state = QueueState()
+        run(state, T0, *[put(pri=i % 3) for i in range(50)], *[reserve(1) for _ in range(40)])
+        return state
+
+    whole, steps = reserved_by_one(), reserved_by_one()
+    one(whole, T0, drop_conn(1))
+    left = 40
+    while left:
+        _, left = one(steps, T0, (C.DROP_CONN_SOME, 1, 7))
+    assert steps.digest() == whole.digest()
+    assert steps.counts() == whole.counts()
+
+
+@pytest.mark.parametrize("command", [(C.DROP_CONN_SOME, 1, 0), (C.DROP_CONN_SOME, "1", 5),
+                                     (C.DROP_CONN_SOME, 1, 2.0)])
+def test_drop_conn_some_refuses_what_no_server_sends(state, command):
+    run(state, T0, put(), reserve(1))
+    before = state.digest()
+    assert state.apply_batch(T0, [command]).results == [INTERNAL_ERROR]
+    assert state.digest() == before
+
+
 def test_drop_conn_of_a_connection_without_reservations_changes_nothing(state):
     run(state, T0, put(), reserve(1))
     before = state.digest()

@@ -44,3 +44,42 @@ def test_a_reserve_with_timeout_0_right_after_a_close_gets_the_job_the_close_rel
         assert transport.received == b"RESERVED 1 1\r\na\r\n"
     finally:
         loop.close()
+
+
+def test_a_close_holding_more_than_an_entry_of_reservations_goes_back_in_bounded_entries(monkeypatch):
+    # A worker that reserved more jobs than one entry should put back, then left: its
+    # drop is several DROP_CONN_SOME entries of at most REQUEUES_PER_ENTRY jobs each, so
+    # no entry's apply outlasts an election timeout; a read waits for the last of them.
+    from haqueue.core import commands as C
+    from haqueue.core.commands import decode_batch
+    from haqueue.server.beanstalk import drops
+
+    monkeypatch.setattr(drops, "REQUEUES_PER_ENTRY", 4)
+    loop = asyncio.new_event_loop()
+    try:
+        server = make_server(loop)
+        server.replica.stamp = wall_ms()
+        entries: list[list[tuple]] = []
+        submit = server.replica.submit
+
+        def record(data, callback):
+            entries.append(decode_batch(data)[1])
+            submit(data, callback)
+
+        server.replica.submit = record
+        holder, _ = connect(server, 1)
+        holder.data_received(b"put 0 0 60 1\r\na\r\n" * 10 + b"reserve\r\n" * 10)
+        turns(loop, 30)
+        assert len(server.state.reservations_of(1)) == 10
+        entries.clear()
+        other, transport = connect(server, 2)
+        holder.connection_lost(None)
+        other.data_received(b"stats\r\n")
+        turns(loop, 30)
+        drops_logged = [c for entry in entries for c in entry if c[0] in (C.DROP_CONN, C.DROP_CONN_SOME)]
+        assert drops_logged == [(C.DROP_CONN_SOME, 1, 4)] * 3
+        assert server.state.reservations_of(1) == {}
+        transport.drain(1 << 20)
+        assert b"current-jobs-ready: 10\n" in transport.received
+    finally:
+        loop.close()
