@@ -644,6 +644,10 @@ class QueueState:
     def reservations_of(self, conn: int) -> dict[int, Job]:
         return self._reserved_by.get(conn, {})
 
+    def holders_of_more_than(self, count: int) -> list[int]:
+        """The connections holding more than `count` reservations, in id order."""
+        return sorted(conn for conn, held in self._reserved_by.items() if len(held) > count)
+
     def soonest_reservation_deadline(self, conn: int) -> int | None:
         held = self._reserved_by.get(conn)
         if not held:

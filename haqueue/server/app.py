@@ -39,6 +39,7 @@ from haqueue.config.limits import ClientLimits
 from haqueue.config.replication import ReplicationSettings
 from haqueue.core import commands as C
 from haqueue.core.effects import Effects
+from haqueue.core.state import REQUEUES_PER_ENTRY
 from haqueue.replication.replica import ReplicaLike, open_replica
 from haqueue.server.batcher import MAX_BATCH_BYTES, Batcher, wall_ms
 from haqueue.server.beanstalk.drops import Drops
@@ -283,10 +284,21 @@ class QueueServer:
         self.conn_serial = 0
         self.drops.new_term()
         self.batcher = Batcher(self.replica, self.loop, self._after_entry)
-        barrier = self.loop.create_future()
-        self.batcher.submit((C.RELEASE_ORPHANS, (), term),
-                            lambda result: barrier.done() or barrier.set_result(result))
-        result = await barrier
+        # The old leaders' connections are gone: RELEASE_ORPHANS puts their reservations
+        # back, in one entry. One holding more than an entry's worth goes back first in
+        # entries of REQUEUES_PER_ENTRY (as drops.py does at a close), so that no entry's
+        # apply outlasts an election timeout and deposes this new leader. Read off the
+        # state as applied so far: the rest of the old term's tail adds at most a few
+        # entries' reserves, which RELEASE_ORPHANS takes with the others.
+        for conn in self.state.holders_of_more_than(REQUEUES_PER_ENTRY):
+            left = True
+            while left:
+                result = await self._committed((C.DROP_CONN_SOME, conn, REQUEUES_PER_ENTRY))
+                if result is None or not self.replica.leads_in(term):
+                    log.warning("lost leadership before serving (term %d)", term)
+                    return
+                left = result[1]
+        result = await self._committed((C.RELEASE_ORPHANS, (), term))
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
@@ -313,6 +325,12 @@ class QueueServer:
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
+
+    async def _committed(self, command: tuple) -> tuple | None:
+        """Log `command` and wait for its result (None: its outcome is unknown)."""
+        done = self.loop.create_future()
+        self.batcher.submit(command, lambda result: done.done() or done.set_result(result))
+        return await done
 
     async def _open_listener(self) -> None:
         # Held before it opens: a step-down while the VIP is being bound closes it.

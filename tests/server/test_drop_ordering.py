@@ -83,3 +83,38 @@ def test_a_close_holding_more_than_an_entry_of_reservations_goes_back_in_bounded
         assert b"current-jobs-ready: 10\n" in transport.received
     finally:
         loop.close()
+
+
+def test_a_new_leader_puts_back_a_big_orphan_holding_in_bounded_entries_before_release_orphans(monkeypatch):
+    # A connection of the old leader that held more reservations than one entry should put
+    # back: the new leader logs DROP_CONN_SOME entries for it first, then RELEASE_ORPHANS
+    # (which the others' few go back in), so no entry's apply deposes the new leader.
+    from haqueue.core import commands as C
+    from haqueue.core.commands import decode_batch
+    from haqueue.server import app
+
+    monkeypatch.setattr(app, "REQUEUES_PER_ENTRY", 4)
+    loop = asyncio.new_event_loop()
+    try:
+        server = make_server(loop)
+        log = server.replica
+        log.stamp = wall_ms()  # the reservations' time-to-run has not run out
+        log.state.apply_batch(log.stamp, [(C.PUT, "default", 0, 0, 60_000, b"j")] * 12
+                              + [(C.RESERVE, 1, ("default",))] * 10 + [(C.RESERVE, 2, ("default",))] * 2)
+        entries: list[list[tuple]] = []
+        submit = log.submit
+
+        def record(data, callback):
+            entries.append(decode_batch(data)[1])
+            submit(data, callback)
+
+        log.submit = record
+        log.term = 3
+        # Leading until RELEASE_ORPHANS is applied; then (for this test) no longer, so
+        # _become_leader stops before it would open the client port.
+        log.leads_in = lambda term: not any(c[0] == C.RELEASE_ORPHANS for e in entries for c in e)
+        loop.run_until_complete(server._become_leader())
+        assert [c for e in entries for c in e] == [(C.DROP_CONN_SOME, 1, 4)] * 3 + [(C.RELEASE_ORPHANS, (), 3)]
+        assert server.state.counts()["ready"] == 12
+    finally:
+        loop.close()
