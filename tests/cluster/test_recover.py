@@ -76,3 +76,35 @@ def test_recover_without_force_new_cluster_is_one_line_and_changes_nothing(make_
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "--force-new-cluster" in done.stderr
     assert not (cluster.workdir / "n1").exists()
+
+
+def test_recover_with_yes_goes_ahead_while_a_member_without_a_majority_still_answers(make_cluster):
+    # Five-node loss in miniature: one node of the three is dead, one answers but can
+    # never make a majority with it; the operator recovers the stopped survivor anyway.
+    # Without --yes the CLI refuses and names who answers; with it, the survivor's log
+    # and a cluster file naming it alone are written, and it serves alone.
+    cluster = make_cluster(["-f0"])
+    leader = cluster.leader()
+    with client_for(cluster, leader.id) as client:
+        client.use("kept")
+        acked = {client.put(f"job {n}".encode()): f"job {n}".encode() for n in range(20)}
+    wait_converged(cluster, timeout=15)
+    survivor, answering, dead = [n.id for n in cluster.spec.nodes]
+    cluster.stop_node(survivor)
+    cluster.kill_node(dead)
+    recover = ("node", "recover", "--config", str(cluster.config_path), "--node", survivor,
+               "-b", str(cluster.workdir / survivor), "--force-new-cluster")
+    refused = haqueue(*recover)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert f"{answering} still answer" in refused.stderr and "--yes" in refused.stderr
+    done = haqueue(*recover, "--yes", "--write")  # while it still answers
+    assert done.returncode == 0, done.stderr
+    cluster.kill_node(answering)  # the operator's part: it must not run beside the recovered node
+    assert "removed from its log's members:" in done.stdout
+    assert [n.id for n in cluster.spec.nodes] == [survivor]
+    cluster.start_node(survivor)
+    assert cluster.leader(timeout=LEADER_TIMEOUT) is not None, cluster.log_tail(survivor)
+    with client_for(cluster, survivor) as client:
+        client.use("kept")
+        for job_id, body in acked.items():
+            assert client.peek(job_id).body == body
