@@ -216,7 +216,8 @@ def recover(config_path, node_id, data_dir, force_new_cluster, yes, write) -> No
     answering = [by_raft[m].id for m in found.members
                  if m != member.raft_endpoint and m in by_raft and _answers(by_raft[m])]
     if answering and not yes:
-        raise HaqueueError(f"{', '.join(answering)} still answer: a cluster that has a majority needs no "
+        verb = "answers" if len(answering) == 1 else "answer"
+        raise HaqueueError(f"{', '.join(answering)} still {verb}: a cluster that has a majority needs no "
                            f"recovery (remove-node the dead ones instead); --yes to go ahead anyway")
     try:
         text = open(config_path, encoding="utf-8").read()
