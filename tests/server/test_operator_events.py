@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from haqueue import events
-from tests.support.session_host import LocalHost, connect
+from tests.support.session_host import LocalHost, connect, turn
 
 
 @pytest.fixture
@@ -22,18 +22,26 @@ def host():
         events.clear()
 
 
+def send(host: LocalHost, session, data: bytes) -> None:
+    """Hand the session `data` and let it run it all: a turn may end after any command
+    (0.25 ms until it writes, limits.py), and the rest runs at the loop's next turns."""
+    session.data_received(data)
+    turn(host.loop, 10)
+
+
 def operator_events() -> list[dict]:
     return [e for e in events.recent() if e["event"] == "operator"]
 
 
 def test_an_operator_connection_s_changes_are_events_naming_who_what_and_which_job(host):
     session, transport = connect(host)
-    session.data_received(b"haqueue-operator console\r\nuse mail\r\nput 0 0 60 2\r\nhi\r\n")
+    send(host, session, b"haqueue-operator console\r\nuse mail\r\nput 0 0 60 2\r\nhi\r\n")
     assert transport.written == b"NOTED\r\nUSING mail\r\n"
     assert operator_events() == []  # recorded once applied, not when sent
     host.batcher.commit()
-    session.data_received(b"delete 1\r\ndelete 1\r\npeek 1\r\n")
+    send(host, session, b"delete 1\r\ndelete 1\r\npeek 1\r\n")
     host.batcher.commit()
+    turn(host.loop, 10)
     assert transport.written.endswith(b"INSERTED 1\r\nDELETED\r\nNOT_FOUND\r\nNOT_FOUND\r\n")
     said = operator_events()
     assert [e["msg"] for e in said] == [
@@ -47,7 +55,8 @@ def test_an_operator_connection_s_changes_are_events_naming_who_what_and_which_j
 
 def test_a_connection_that_does_not_name_itself_records_no_events(host):
     session, transport = connect(host)
-    session.data_received(b"put 0 0 60 2\r\nhi\r\ndelete 1\r\n")
+    send(host, session, b"put 0 0 60 2\r\nhi\r\ndelete 1\r\n")
     host.batcher.commit()
+    turn(host.loop, 10)
     assert transport.written == b"INSERTED 1\r\nDELETED\r\n"
     assert operator_events() == []
