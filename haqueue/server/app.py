@@ -293,12 +293,12 @@ class QueueServer:
         for conn in self.state.holders_of_more_than(REQUEUES_PER_ENTRY):
             left = True
             while left:
-                result = await self._committed((C.DROP_CONN_SOME, conn, REQUEUES_PER_ENTRY))
+                result = await self.batcher.committed((C.DROP_CONN_SOME, conn, REQUEUES_PER_ENTRY))
                 if result is None or not self.replica.leads_in(term):
                     log.warning("lost leadership before serving (term %d)", term)
                     return
                 left = result[1]
-        result = await self._committed((C.RELEASE_ORPHANS, (), term))
+        result = await self.batcher.committed((C.RELEASE_ORPHANS, (), term))
         if result is None or not self.replica.leads_in(term):
             log.warning("lost leadership before serving (term %d)", term)
             return
@@ -325,12 +325,6 @@ class QueueServer:
         if self._id_listener is not None:
             await self._id_listener.open_vip()
         self._after_entry()
-
-    async def _committed(self, command: tuple) -> tuple | None:
-        """Log `command` and wait for its result (None: its outcome is unknown)."""
-        done = self.loop.create_future()
-        self.batcher.submit(command, lambda result: done.done() or done.set_result(result))
-        return await done
 
     async def _open_listener(self) -> None:
         # Held before it opens: a step-down while the VIP is being bound closes it.

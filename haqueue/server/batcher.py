@@ -133,6 +133,12 @@ class Batcher:
 
             self.replica.submit(data, done)
 
+    async def committed(self, command: tuple):
+        """Log `command` and wait for its result (None: its outcome is unknown)."""
+        done = self.loop.create_future()
+        self.submit(command, lambda result: done.done() or done.set_result(result))
+        return await done
+
     def _done(self, conts, applied) -> None:
         self.in_flight -= 1
         if applied is None:

@@ -64,7 +64,7 @@ class Connection(asyncio.Protocol):
         # The node's input budget (input_budget.py): the size of the big request being
         # received that this connection asked for, and whether it was granted.
         self.input_wanted = 0
-        self.input_granted_size = 0
+        self.input_held = False  # input_wanted is granted (else it waits its turn)
         self.stall_timer: asyncio.TimerHandle | None = None
         self.stall_seen = 0  # what the decoder held at the stall timer's last look
 
@@ -139,7 +139,7 @@ class Connection(asyncio.Protocol):
         wanted = self._request_size()  # a request partly here, whatever the pipeline waits on
         if wanted != self.input_wanted and (wanted > INPUT_HIGH or self.input_wanted):
             self._budget_for(wanted if wanted > INPUT_HIGH else 0)
-        if self.input_wanted and not self.input_granted_size:
+        if self.input_wanted and not self.input_held:
             pause = True  # waiting for the node's input budget
         else:
             pause = not self.starved and self._input_buffered() >= INPUT_HIGH
@@ -155,9 +155,9 @@ class Connection(asyncio.Protocol):
         (0: none): what was held goes back first, and a request still waiting leaves
         the line."""
         budget = self.host.input_budget
-        if self.input_granted_size:
-            granted, self.input_granted_size = self.input_granted_size, 0
-            budget.release(granted)
+        if self.input_held:
+            self.input_held = False
+            budget.release(self.input_wanted)
         elif self.input_wanted:
             budget.cancel(self)
         if self.stall_timer is not None:
@@ -165,16 +165,17 @@ class Connection(asyncio.Protocol):
             self.stall_timer = None
         self.input_wanted = size
         if size and budget.reserve(self, size):
-            self._granted(size)
+            self._granted()
 
     def input_granted(self, size: int) -> None:
-        """The input budget grants what this connection waited for: read on."""
-        self._granted(size)
+        """The input budget grants what this connection waited for (`size`, its
+        input_wanted): read on."""
+        self._granted()
         if not self.closed:
             self._regulate_reading()
 
-    def _granted(self, size: int) -> None:
-        self.input_granted_size = size
+    def _granted(self) -> None:
+        self.input_held = True
         self.stall_seen = self._input_buffered()
         timeout = self.host.limits.output_timeout
         if timeout > 0:

@@ -26,21 +26,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-# Of the unread input of requests bigger than INPUT_HIGH, over all connections
-# (config/limits.py's max_input_buffers).
-DEFAULT_LIMIT = 256 << 20
-
 
 class Holder(Protocol):
     def input_granted(self, size: int) -> None: ...
 
 
 class InputBudget:
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
-        self.limit = limit
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # bytes of requests bigger than INPUT_HIGH: config/limits.py's max_input_buffers
         self.held = 0
         self._waiting: dict[Holder, int] = {}  # in arrival order
-        self.waits = 0  # requests that had to wait (stats: haqueue-input-budget-waits)
+        self.waits = 0  # requests that had to wait (stats: haqueue-input-buffer-waits)
         self.stall_closes = 0  # holders closed for sending nothing (haqueue-input-stall-closes)
 
     @property

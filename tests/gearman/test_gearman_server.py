@@ -15,6 +15,7 @@ import pytest
 
 from haqueue.protocol.gearman import request
 from tests.support.gearman import GearConn, haqueue_gearman, parse, start_haqueue_gearman
+from tests.support.hostile import wait_for_stat
 from tests.support.servers import RawConn
 
 pytestmark = pytest.mark.timeout(60)
@@ -276,18 +277,6 @@ def test_shutdown_graceful_waits_for_the_last_gearman_connection():
         server.stop()
 
 
-def beanstalk_stat(port: int, key: str) -> str:
-    with RawConn("127.0.0.1", port) as conn:
-        conn.send(b"stats\r\n")
-        return conn.recv_reply().decode().split(f"\n{key}: ")[1].split("\n")[0]
-
-
-def wait_for_stat(port: int, key: str, value: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while (seen := beanstalk_stat(port, key)) != value:
-        assert time.monotonic() < deadline, f"{key} stayed {seen}, never {value}"
-        time.sleep(0.02)  # polling the node's own count, bounded by the deadline
-
 
 def test_big_packets_on_their_way_wait_for_the_node_wide_input_budget():
     """Gearman packets over a connection's own input bound (64 KiB) take their size from
@@ -296,13 +285,14 @@ def test_big_packets_on_their_way_wait_for_the_node_wide_input_budget():
     data = b"d" * 2_000_000
     packet = request("SUBMIT_JOB_BG", b"big", b"", data)
     with haqueue_gearman("-z", str(len(data)), "--max-input-buffers", str(len(packet))) as node, \
-            GearConn(node.port) as first, GearConn(node.port) as second:
+            GearConn(node.port) as first, GearConn(node.port) as second, \
+            RawConn("127.0.0.1", node.beanstalk_port) as watcher:
         first.send(packet[:1000])
-        wait_for_stat(node.beanstalk_port, "haqueue-input-buffers", str(len(packet)))
+        wait_for_stat(watcher, "haqueue-input-buffers", str(len(packet)))
         second.send(packet[:1000])
-        wait_for_stat(node.beanstalk_port, "haqueue-input-buffer-waits", "1")
+        wait_for_stat(watcher, "haqueue-input-buffer-waits", "1")
         first.send(packet[1000:])
         assert names([first.packet()]) == ["JOB_CREATED"]
         second.send(packet[1000:])
         assert names([second.packet()]) == ["JOB_CREATED"]
-        wait_for_stat(node.beanstalk_port, "haqueue-input-buffers", "0")
+        wait_for_stat(watcher, "haqueue-input-buffers", "0")

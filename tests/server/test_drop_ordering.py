@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+from haqueue.core import commands as C
+from haqueue.core.commands import decode_batch
 from haqueue.server.batcher import wall_ms
 from haqueue.server.beanstalk.session import Session
 from tests.fuzz.harness import ScriptedTransport, make_server
@@ -18,6 +20,19 @@ from tests.fuzz.harness import ScriptedTransport, make_server
 def turns(loop: asyncio.AbstractEventLoop, count: int = 5) -> None:
     for _ in range(count):
         loop.run_until_complete(asyncio.sleep(0))
+
+
+def logged_commands(server) -> list[tuple]:
+    """Every command the server logs from now on, in log order (the list grows)."""
+    logged: list[tuple] = []
+    submit = server.replica.submit
+
+    def record(data, callback):
+        logged.extend(decode_batch(data)[1])
+        submit(data, callback)
+
+    server.replica.submit = record
+    return logged
 
 
 def connect(server, conn_id: int) -> tuple[Session, ScriptedTransport]:
@@ -50,8 +65,6 @@ def test_a_close_holding_more_than_an_entry_of_reservations_goes_back_in_bounded
     # A worker that reserved more jobs than one entry should put back, then left: its
     # drop is several DROP_CONN_SOME entries of at most REQUEUES_PER_ENTRY jobs each, so
     # no entry's apply outlasts an election timeout; a read waits for the last of them.
-    from haqueue.core import commands as C
-    from haqueue.core.commands import decode_batch
     from haqueue.server.beanstalk import drops
 
     monkeypatch.setattr(drops, "REQUEUES_PER_ENTRY", 4)
@@ -59,24 +72,17 @@ def test_a_close_holding_more_than_an_entry_of_reservations_goes_back_in_bounded
     try:
         server = make_server(loop)
         server.replica.stamp = wall_ms()
-        entries: list[list[tuple]] = []
-        submit = server.replica.submit
-
-        def record(data, callback):
-            entries.append(decode_batch(data)[1])
-            submit(data, callback)
-
-        server.replica.submit = record
+        logged = logged_commands(server)
         holder, _ = connect(server, 1)
         holder.data_received(b"put 0 0 60 1\r\na\r\n" * 10 + b"reserve\r\n" * 10)
         turns(loop, 30)
         assert len(server.state.reservations_of(1)) == 10
-        entries.clear()
+        logged.clear()
         other, transport = connect(server, 2)
         holder.connection_lost(None)
         other.data_received(b"stats\r\n")
         turns(loop, 30)
-        drops_logged = [c for entry in entries for c in entry if c[0] in (C.DROP_CONN, C.DROP_CONN_SOME)]
+        drops_logged = [c for c in logged if c[0] in (C.DROP_CONN, C.DROP_CONN_SOME)]
         assert drops_logged == [(C.DROP_CONN_SOME, 1, 4)] * 3
         assert server.state.reservations_of(1) == {}
         transport.drain(1 << 20)
@@ -89,8 +95,6 @@ def test_a_new_leader_puts_back_a_big_orphan_holding_in_bounded_entries_before_r
     # A connection of the old leader that held more reservations than one entry should put
     # back: the new leader logs DROP_CONN_SOME entries for it first, then RELEASE_ORPHANS
     # (which the others' few go back in), so no entry's apply deposes the new leader.
-    from haqueue.core import commands as C
-    from haqueue.core.commands import decode_batch
     from haqueue.server import app
 
     monkeypatch.setattr(app, "REQUEUES_PER_ENTRY", 4)
@@ -101,20 +105,13 @@ def test_a_new_leader_puts_back_a_big_orphan_holding_in_bounded_entries_before_r
         log.stamp = wall_ms()  # the reservations' time-to-run has not run out
         log.state.apply_batch(log.stamp, [(C.PUT, "default", 0, 0, 60_000, b"j")] * 12
                               + [(C.RESERVE, 1, ("default",))] * 10 + [(C.RESERVE, 2, ("default",))] * 2)
-        entries: list[list[tuple]] = []
-        submit = log.submit
-
-        def record(data, callback):
-            entries.append(decode_batch(data)[1])
-            submit(data, callback)
-
-        log.submit = record
+        logged = logged_commands(server)
         log.term = 3
         # Leading until RELEASE_ORPHANS is applied; then (for this test) no longer, so
         # _become_leader stops before it would open the client port.
-        log.leads_in = lambda term: not any(c[0] == C.RELEASE_ORPHANS for e in entries for c in e)
+        log.leads_in = lambda term: not any(c[0] == C.RELEASE_ORPHANS for c in logged)
         loop.run_until_complete(server._become_leader())
-        assert [c for e in entries for c in e] == [(C.DROP_CONN_SOME, 1, 4)] * 3 + [(C.RELEASE_ORPHANS, (), 3)]
+        assert logged == [(C.DROP_CONN_SOME, 1, 4)] * 3 + [(C.RELEASE_ORPHANS, (), 3)]
         assert server.state.counts()["ready"] == 12
     finally:
         loop.close()

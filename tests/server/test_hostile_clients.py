@@ -18,6 +18,7 @@ import pytest
 from haqueue.bench.flood import Flood
 from tests.support.hostile import (
     FLOOD_RSS_BOUND, check_flood_is_contained, check_reading_flood_yields_to_raft, current_connections,
+    wait_for_stat,
 )
 from tests.support.servers import ConnectionClosed, RawConn, beanstalkd, haqueue, split_replies
 
@@ -226,12 +227,6 @@ def test_a_long_pipeline_then_half_close_is_answered_in_full_as_beanstalkd_does(
             assert len(replies) == 6000, (srv.name, len(replies))
             assert replies[-1] == b"USING default\r\n"
 
-
-def wait_for_stat(watcher: RawConn, key: str, value: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while (seen := stat(watcher, key)) != value:
-        assert time.monotonic() < deadline, f"{key} stayed {seen}, never {value}"
-        time.sleep(0.02)  # polling the node's own count, bounded by the deadline
 
 
 def test_big_puts_on_their_way_share_the_node_wide_input_budget_and_each_completes():

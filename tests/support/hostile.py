@@ -123,6 +123,15 @@ def stat_value(conn, key: str) -> str:
     return body.split(f"\n{key}: ")[1].split("\n")[0]
 
 
+def wait_for_stat(conn, key: str, value: str, within: float = 10.0) -> None:
+    """Until the node's `stats` says `key: value` (asked over `conn`); fail after `within` s.
+    The node's own count is the event: a client outside it can only ask again."""
+    deadline = time.monotonic() + within
+    while (seen := stat_value(conn, key)) != value:
+        assert time.monotonic() < deadline, f"{key} stayed {seen}, never {value}"
+        time.sleep(0.02)  # between two asks, bounded by the deadline
+
+
 def check_reading_flood_yields_to_raft(host: str, port: int, puts: int = 300,
                                        connect=RawConn) -> ReadingFloodReport:
     """A connection pipelines `stats` and reads every reply (the loop never idles) while

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 async def commit(server, rules: tuple, term: int) -> bool:
     """Commit `rules` (with the built-in ones) if the replicated rules differ; false if
-    leadership was lost meanwhile. `server`: the leader (loop, state, batcher, replica)."""
+    leadership was lost meanwhile. `server`: the leader (state, batcher, replica)."""
     wanted = wanted_rule_records(rules)
     ids = server.state.ids
     if ids.rule_records() == wanted:
@@ -30,9 +30,7 @@ async def commit(server, rules: tuple, term: int) -> bool:
     if problem is not None:
         log.error("id rules of the cluster file not proposed: %s", problem)
         return True
-    done = server.loop.create_future()
-    server.batcher.submit((C.ID_SET_RULES, wanted), lambda result: done.done() or done.set_result(result))
-    result = await done
+    result = await server.batcher.committed((C.ID_SET_RULES, wanted))
     if result is None or not server.replica.leads_in(term):
         log.warning("lost leadership while committing id rules (term %d)", term)
         return False
